@@ -1,1 +1,44 @@
-"""eddies.engine."""
+"""eddies.engine: the public API of the eddies query engine.
+
+Run SQL over Arrow data with an eddy that routes tuples among scan AMs, SMs and SteMs and
+learns the cheapest order while it runs (Avnur & Hellerstein, SIGMOD 2000; Raman, Deshpande
+& Hellerstein, ICDE 2003).
+"""
+
+from eddies.engine.api import QueryResults, QueryRun, execute, open_query, run_query
+from eddies.engine.catalog import Catalog
+from eddies.engine.errors import (
+    DataSourceError,
+    EddiesError,
+    QueryTypeError,
+    SqlSyntaxError,
+    UdfError,
+    UnknownColumnError,
+    UnknownTableError,
+    UnsupportedQueryError,
+)
+from eddies.engine.explain import explain
+from eddies.router.policies import POLICIES
+from eddies.router.stats import ModuleStats, RoutingEvent, RunStats
+
+__all__ = [
+    "POLICIES",
+    "Catalog",
+    "DataSourceError",
+    "EddiesError",
+    "ModuleStats",
+    "QueryResults",
+    "QueryRun",
+    "QueryTypeError",
+    "RoutingEvent",
+    "RunStats",
+    "SqlSyntaxError",
+    "UdfError",
+    "UnknownColumnError",
+    "UnknownTableError",
+    "UnsupportedQueryError",
+    "execute",
+    "explain",
+    "open_query",
+    "run_query",
+]

@@ -1,0 +1,161 @@
+"""The public API: execute, run_query, open_query, explain.
+
+``open_query`` is the primitive: an async context manager for trio that starts the eddy
+and yields result RecordBatches as soon as they are produced. ``execute`` and
+``run_query`` wrap it in ``trio.run`` for synchronous callers.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+
+import pyarrow as pa
+import structlog
+import trio
+
+from eddies.engine.catalog import Catalog
+from eddies.engine.finalize import Finalizer
+from eddies.engine.planner import Plan, plan_query
+from eddies.engine.run import RunOptions, run_plan
+from eddies.router.stats import RunStats
+
+log = structlog.get_logger("eddies.engine")
+
+#: Result batches buffered between the output module and the consumer.
+RESULT_BUFFER = 4
+
+
+@dataclass
+class QueryRun:
+    """A finished query: the result table and the run's statistics."""
+
+    table: pa.Table
+    stats: RunStats
+
+
+class QueryResults:
+    """Async iterator over result RecordBatches; ``stats`` is complete when it ends."""
+
+    def __init__(self, plan: Plan, receive: trio.MemoryReceiveChannel, stats: RunStats,
+                 stop: trio.CancelScope) -> None:
+        self.plan = plan
+        self.schema = plan.finalize.schema
+        self.stats = stats
+        self._receive = receive
+        self._finalizer = Finalizer(plan.finalize, plan.output_columns)
+        self._stop = stop
+
+    def __aiter__(self) -> AsyncIterator[pa.RecordBatch]:
+        return self._batches()
+
+    async def _batches(self) -> AsyncIterator[pa.RecordBatch]:
+        finalizer = self._finalizer
+        async with self._receive:
+            async for batch in self._receive:
+                for out in await finalizer.push(batch):
+                    self.stats.rows_out += out.num_rows
+                    yield out
+                if finalizer.satisfied:  # LIMIT reached: stop the eddy early
+                    log.debug("limit reached, stopping the eddy", rows=self.stats.rows_out)
+                    self._stop.cancel()
+                    return
+        for out in await finalizer.finish():
+            self.stats.rows_out += out.num_rows
+            yield out
+
+
+def _options(policy: str, batch_size: int | None, seed: int | None, debug: bool,
+             order: Sequence[str] | None, window: float | None,
+             queue_capacity: int | None) -> RunOptions:
+    return RunOptions(policy, batch_size, seed, debug, tuple(order) if order else None,
+                      window, queue_capacity)
+
+
+def _unwrap(group: BaseExceptionGroup) -> BaseException:
+    """The single real error inside trio's exception groups, if there is one."""
+    leaves: list[BaseException] = []
+
+    def collect(exc: BaseException) -> None:
+        if isinstance(exc, BaseExceptionGroup):
+            for sub in exc.exceptions:
+                collect(sub)
+        elif not isinstance(exc, trio.Cancelled):
+            leaves.append(exc)
+
+    collect(group)
+    return leaves[0] if len(leaves) == 1 else group
+
+
+@asynccontextmanager
+async def open_query(
+    sql: str, catalog: Catalog, *, policy: str = "lottery", batch_size: int | None = None,
+    seed: int | None = None, debug: bool = False, order: Sequence[str] | None = None,
+    window: float | None = None, queue_capacity: int | None = None,
+) -> AsyncIterator[QueryResults]:
+    """Start ``sql`` under trio; yields a :class:`QueryResults` to iterate with ``async for``.
+
+    Batches leave as soon as the eddy produces them (after the whole input for queries with
+    aggregation, ORDER BY or DISTINCT). Leaving the block early stops the query. Raises a
+    subclass of EddiesError for bad queries or data, before any task starts where it can.
+    """
+    plan = plan_query(sql, catalog)
+    options = _options(policy, batch_size, seed, debug, order, window, queue_capacity)
+    stats = RunStats(plan.graph, plan.destinations)
+    send, receive = trio.open_memory_channel(RESULT_BUFFER)
+    log.info("query started", policy=policy, aliases=[a.name for a in plan.graph.aliases],
+             predicates=len(plan.graph.predicates))
+    try:
+        async with trio.open_nursery() as nursery:
+            results = QueryResults(plan, receive, stats, nursery.cancel_scope)
+            nursery.start_soon(run_plan, plan, options, send, stats, name="eddies:query")
+            try:
+                yield results
+            finally:
+                nursery.cancel_scope.cancel()
+    except BaseExceptionGroup as group:
+        raise _unwrap(group) from None
+    log.info("query finished", rows=stats.rows_out, seconds=round(stats.elapsed_seconds, 4))
+
+
+async def _collect(sql: str, catalog: Catalog, options: dict) -> QueryRun:
+    async with open_query(sql, catalog, **options) as results:
+        batches = [b async for b in results]
+    schema = results.schema
+    table = pa.Table.from_batches(batches, schema=schema) if batches else schema.empty_table()
+    return QueryRun(table, results.stats)
+
+
+def run_query(
+    sql: str, catalog: Catalog, *, policy: str = "lottery", batch_size: int | None = None,
+    seed: int | None = None, debug: bool = False, order: Sequence[str] | None = None,
+    window: float | None = None, queue_capacity: int | None = None,
+) -> QueryRun:
+    """Run ``sql`` to completion; the result table and the run's :class:`RunStats`.
+
+    policy: one of ``static``, ``random``, ``naive``, ``lottery``, ``lottery-window``
+    (eddies-2000 §4); order: destination names for ``static`` (see :func:`explain`);
+    window: seconds per ticket window for ``lottery-window``; batch_size: rows per scan
+    batch (1 = the per-tuple eddy of the paper); seed: makes random choices repeatable;
+    debug: check the routing constraints on every step; queue_capacity: batches per module
+    input queue. Raises a subclass of EddiesError for bad input.
+    """
+    options = dict(policy=policy, batch_size=batch_size, seed=seed, debug=debug,
+                   order=order, window=window, queue_capacity=queue_capacity)
+    return trio.run(_collect, sql, catalog, options)
+
+
+def execute(
+    sql: str, catalog: Catalog, *, policy: str = "lottery", batch_size: int | None = None,
+    seed: int | None = None, debug: bool = False, order: Sequence[str] | None = None,
+    window: float | None = None, queue_capacity: int | None = None,
+) -> pa.Table:
+    """Run ``sql`` over ``catalog`` and return the result as a pyarrow Table.
+
+    Synchronous (runs its own trio loop); inside trio use :func:`open_query`. Options as in
+    :func:`run_query`.
+    """
+    return run_query(sql, catalog, policy=policy, batch_size=batch_size, seed=seed,
+                     debug=debug, order=order, window=window,
+                     queue_capacity=queue_capacity).table

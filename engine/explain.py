@@ -1,0 +1,97 @@
+"""explain(): the AMs, SMs and SteMs a query creates, its destinations and routing table.
+
+The routing table shown is the set of signatures reachable from fresh singletons, each with
+the destinations the eddy may choose from (stems-2003 Table 2 applied); at most
+``MAX_SIGNATURES`` are listed.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+
+from eddies.engine.catalog import Catalog
+from eddies.engine.planner import Plan, plan_query
+from eddies.router.routing_table import RoutingTable
+from eddies.router.tuple_batch import Signature
+
+MAX_SIGNATURES = 64
+
+
+def _successors(plan: Plan, table: RoutingTable, sig: Signature) -> list[Signature]:
+    graph = plan.graph
+    out: list[Signature] = []
+    entry = table.entry(sig)
+    for dest_id, edge in zip(entry.destinations, entry.edges, strict=True):
+        dest = plan.destinations[dest_id]
+        if dest.kind == "build":
+            out += [Signature(1 << a, sig.done if len(graph.aliases_of(dest.table)) == 1 else 0,
+                              True) for a in graph.aliases_of(dest.table)]
+        elif dest.kind == "sm":
+            out.append(Signature(sig.span, sig.done | graph.predicates[dest.predicate].bit,
+                                 sig.built))
+        elif dest.kind == "probe":
+            bit = graph.predicates[edge].bit if edge is not None else 0
+            out.append(Signature(sig.span | 1 << dest.target_alias, sig.done | bit, True))
+    return out
+
+
+def explain_plan(plan: Plan) -> str:
+    """The text of :func:`explain` for an already planned query."""
+    graph = plan.graph
+    lines = ["eddy plan", "", "access modules (AMs):"]
+    for table, source in plan.sources.items():
+        aliases = ", ".join(a.name for a in graph.aliases if a.table == table)
+        where = source.path or ("in-memory table" if source.table is not None else "stream")
+        lines.append(f"  scan:{table}  ({where}; aliases: {aliases})")
+    lines.append("")
+    lines.append("SteMs:" if graph.stem_tables else "SteMs: none (one table: no joins)")
+    for table in graph.stem_tables:
+        indexes = ", ".join(f"({', '.join(c)})" for c in plan.index_kinds[table]) or "none"
+        lines.append(f"  stem:{table}  hash indexes on {indexes}")
+    lines += ["", "predicates (SMs; Done bits):"]
+    for p in graph.predicates:
+        role = " — equi-join edge: SteM probe key, or SM when closing a cycle" if p.edge else ""
+        lines.append(f"  {p.name}: {p.sql}  [{', '.join(graph.alias_names(p.alias_mask))}]{role}")
+    if not graph.predicates:
+        lines.append("  none")
+    lines += ["", "destinations (default static order): "
+              + ", ".join(d.name for d in plan.destinations), "", "routing table:"]
+    table = RoutingTable(graph, plan.destinations)
+    seen: set[Signature] = set()
+    queue = deque(table.start_signatures())
+    while queue and len(seen) < MAX_SIGNATURES:
+        sig = queue.popleft()
+        if sig in seen:
+            continue
+        seen.add(sig)
+        entry = table.entry(sig)
+        names = [plan.destinations[d].name for d in entry.destinations]
+        span = ",".join(graph.alias_names(sig.span))
+        done = ",".join(graph.predicate_names(sig.done)) or "-"
+        built = "" if sig.built else " (unbuilt)"
+        lines.append(f"  span {{{span}}}{built} done {{{done}}} -> {' | '.join(names)}")
+        queue.extend(s for s in _successors(plan, table, sig) if s not in seen)
+    if queue:
+        lines.append(f"  ... (more than {MAX_SIGNATURES} signatures)")
+    fin = plan.finalize
+    above = []
+    if fin.group is not None:
+        above.append(f"aggregate ({len(fin.group)} keys, {len(fin.aggregates)} aggregates)")
+    if fin.having is not None:
+        above.append("HAVING")
+    if fin.distinct:
+        above.append("DISTINCT")
+    if fin.order:
+        above.append("ORDER BY")
+    if fin.limit is not None:
+        above.append(f"LIMIT {fin.limit}" + (" (stops the eddy early)" if fin.streaming else ""))
+    lines += ["", "above the eddy: " + (", ".join(above) or "projection only")]
+    return "\n".join(lines)
+
+
+def explain(sql: str, catalog: Catalog) -> str:
+    """Describe how ``sql`` would run: AMs, SteMs, SMs, destinations, routing table.
+
+    Raises a subclass of EddiesError for a query that cannot run.
+    """
+    return explain_plan(plan_query(sql, catalog))

@@ -1,0 +1,449 @@
+"""Turn a parsed query into what the eddy runs: AMs, SMs, SteMs, destinations, and what runs
+above the eddy (projection, aggregation, ordering).
+
+stems-2003 §2.2: "the use of an eddy and SteMs obviates the need for query optimization":
+planning creates a scan AM per table, an SM per predicate and a SteM per base table, and
+leaves every ordering decision to the eddy. Classification of WHERE conjuncts:
+
+* an equality between columns of two different aliases joins an *edge*; all such
+  equalities between one pair of aliases form one multi-column edge (a SteM probe key);
+* any other predicate over one or more aliases becomes an SM (a non-equi join predicate
+  becomes an SM over composite tuples);
+* an edge that closes a cycle is evaluated as an SM when a tuple spans both its sides.
+
+Aggregation, HAVING, DISTINCT, ORDER BY and LIMIT run above the eddy, as in the PostgreSQL
+implementation (eddies-in-postgresql §2).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import pyarrow as pa
+from sqlglot import exp
+
+from eddies.engine.catalog import Catalog
+from eddies.engine.compile import compile_expr
+from eddies.engine.errors import (
+    QueryTypeError,
+    UnknownColumnError,
+    UnknownTableError,
+    UnsupportedQueryError,
+    describe,
+)
+from eddies.engine.expressions import ColumnRef, Expr, FunctionSpec, check_types
+from eddies.engine.sql import QueryBlock, parse_query
+from eddies.modules.key_encoding import KIND_FLOAT, common_kind, key_kind
+from eddies.router.query_graph import AliasInfo, Edge, Predicate, QueryGraph
+from eddies.router.routing_table import Destination
+from eddies.sources.arrow_source import TableSource
+
+#: Most predicates a query may have: Done bits are kept in one 63-bit mask.
+MAX_PREDICATES = 62
+
+AGGREGATES = {exp.Count: "count", exp.Sum: "sum", exp.Avg: "mean", exp.Min: "min",
+              exp.Max: "max"}
+
+
+class BaseScope:
+    """Resolves column references against the FROM aliases to ``(alias, column)`` keys."""
+
+    def __init__(self, aliases: list[AliasInfo], schemas: list[pa.Schema],
+                 functions: dict[str, FunctionSpec]) -> None:
+        self.aliases = aliases
+        self.schemas = schemas
+        self.functions = functions
+        self._by_alias = {a.name: a for a in aliases}
+        self._columns = [{f.name.lower(): f.name for f in s} for s in schemas]
+
+    def types(self) -> dict[tuple[int, str], pa.DataType]:
+        return {(a.index, f.name): f.type for a in self.aliases for f in self.schemas[a.index]}
+
+    def resolve(self, column: exp.Column) -> ColumnRef:
+        name = column.name.lower()
+        qualifier = column.table.lower() if column.table else ""
+        if qualifier:
+            alias = self._by_alias.get(qualifier)
+            if alias is None:
+                raise UnknownColumnError(
+                    f"unknown table or alias {qualifier!r} in {describe(column)}; "
+                    f"the query has {sorted(self._by_alias)}"
+                )
+            actual = self._columns[alias.index].get(name)
+            if actual is None:
+                raise UnknownColumnError(
+                    f"table {alias.table!r} (as {alias.name!r}) has no column {name!r}: "
+                    f"{describe(column)}"
+                )
+            return ColumnRef((alias.index, actual), f"{alias.name}.{actual}")
+        found = [a for a in self.aliases if name in self._columns[a.index]]
+        if not found:
+            raise UnknownColumnError(f"unknown column {describe(column)}")
+        if len(found) > 1:
+            raise UnknownColumnError(
+                f"column reference {describe(column)} is ambiguous: it is in "
+                f"{', '.join(a.name for a in found)}"
+            )
+        alias = found[0]
+        actual = self._columns[alias.index][name]
+        return ColumnRef((alias.index, actual), f"{alias.name}.{actual}")
+
+    def star(self, qualifier: str | None) -> list[exp.Column]:
+        aliases = self.aliases
+        if qualifier:
+            alias = self._by_alias.get(qualifier.lower())
+            if alias is None:
+                raise UnknownColumnError(f"unknown table or alias {qualifier!r} in {qualifier}.*")
+            aliases = [alias]
+        return [exp.column(f.name, table=a.name, quoted=True)
+                for a in aliases for f in self.schemas[a.index]]
+
+
+class AggregateScope:
+    """Above an aggregation only group keys (``__g<i>``) and aggregates (``__a<j>``) exist."""
+
+    def __init__(self, functions: dict[str, FunctionSpec]) -> None:
+        self.functions = functions
+
+    def resolve(self, column: exp.Column) -> ColumnRef:
+        if column.name.startswith("__g") or column.name.startswith("__a"):
+            return ColumnRef(column.name, column.name)
+        raise UnknownColumnError(
+            f"column {describe(column)} must appear in GROUP BY or be used in an aggregate"
+        )
+
+
+@dataclass
+class AggregateCall:
+    """One aggregate: ``function`` is a pyarrow hash-aggregate name; arg None = COUNT(*)."""
+
+    function: str
+    arg: Expr
+    sql: str
+
+
+@dataclass
+class FinalizeSpec:
+    """What runs above the eddy; see :mod:`eddies.engine.finalize`."""
+
+    names: list[str]
+    select: list[Expr]
+    order: list[tuple[Expr, bool, bool]] = field(default_factory=list)  # expr, desc, nulls_first
+    distinct: bool = False
+    limit: int | None = None
+    offset: int = 0
+    group: list[Expr] | None = None  # None: no aggregation
+    aggregates: list[AggregateCall] = field(default_factory=list)
+    having: Expr | None = None
+    schema: pa.Schema | None = None
+
+    @property
+    def streaming(self) -> bool:
+        """True when result batches can leave as soon as the eddy produces them."""
+        return self.group is None and not self.order and not self.distinct
+
+
+@dataclass
+class Plan:
+    """Everything needed to run one query."""
+
+    sql: str
+    graph: QueryGraph
+    destinations: list[Destination]
+    sources: dict[str, TableSource]
+    index_kinds: dict[str, dict[tuple[str, ...], tuple[str, ...]]]
+    output_columns: list[tuple[int, str]]
+    finalize: FinalizeSpec
+
+
+def plan_query(sql: str, catalog: Catalog) -> Plan:
+    """Parse, resolve, type-check and plan ``sql``. Raises a subclass of EddiesError."""
+    block = parse_query(sql)
+    aliases: list[AliasInfo] = []
+    sources: dict[str, TableSource] = {}
+    for ref in block.tables:
+        if not catalog.has_table(ref.name):
+            raise UnknownTableError(
+                f"unknown table {describe(ref.node)}; the catalog has {sorted(catalog.tables)}"
+            )
+        if any(a.name == ref.alias for a in aliases):
+            raise UnsupportedQueryError(
+                f"alias {ref.alias!r} is used twice in FROM ({describe(ref.node)})"
+            )
+        aliases.append(AliasInfo(len(aliases), ref.alias, ref.name))
+        sources[ref.name] = catalog.table(ref.name)
+    scope = BaseScope(aliases, [sources[a.table].schema for a in aliases], catalog.functions)
+    types = scope.types()
+
+    predicates = _plan_predicates(block, scope, types)
+    graph = QueryGraph(aliases, predicates)
+    if len(aliases) > 1:
+        graph.stem_tables = list(dict.fromkeys(a.table for a in aliases))
+    index_kinds = _index_kinds(graph, scope)
+    finalize = _plan_finalize(block, scope, types, catalog.functions)
+    # Base columns the finalizer reads; post-aggregate keys are strings, not (alias, column).
+    everything = finalize.select + [o[0] for o in finalize.order] + (finalize.group or [])
+    everything += [a.arg for a in finalize.aggregates]
+    output_columns = sorted({k for e in everything for k in e.column_keys() if isinstance(k, tuple)})
+    return Plan(sql, graph, _destinations(graph), sources, index_kinds, output_columns, finalize)
+
+
+def _plan_predicates(block: QueryBlock, scope: BaseScope,
+                     types: dict[tuple[int, str], pa.DataType]) -> list[Predicate]:
+    singles: list[tuple[exp.Expression, Expr]] = []
+    edges: dict[tuple[int, int], list[tuple[exp.Expression, ColumnRef, ColumnRef]]] = {}
+    for node in block.conjuncts:
+        expr = compile_expr(node, scope)
+        result = check_types(expr, types, describe(node))
+        if result != pa.bool_() and result != pa.null():
+            raise QueryTypeError(f"WHERE/ON condition {describe(node)} is {result}, not boolean")
+        if isinstance(node, exp.EQ) and isinstance(expr.args[0], ColumnRef) and isinstance(
+            expr.args[1], ColumnRef
+        ):
+            left, right = expr.args
+            if left.key[0] != right.key[0]:
+                if left.key[0] > right.key[0]:
+                    left, right = right, left
+                common_kind(types[left.key], types[right.key], describe(node))
+                edges.setdefault((left.key[0], right.key[0]), []).append((node, left, right))
+                continue
+        singles.append((node, expr))
+    predicates: list[Predicate] = []
+    for node, expr in singles:
+        mask = sum({1 << k[0] for k in expr.column_keys()})
+        predicates.append(Predicate(len(predicates), f"sm{len(predicates) + 1}",
+                                    node.sql(dialect="duckdb"), expr, mask))
+    for (a, b), parts in edges.items():
+        nodes = [p[0] for p in parts]
+        combined = nodes[0] if len(nodes) == 1 else exp.and_(*nodes)
+        expr = compile_expr(combined, scope)
+        kinds = tuple(common_kind(types[lk.key], types[rk.key], describe(n))
+                      for n, lk, rk in parts)
+        edge = Edge(a, tuple(p[1].key[1] for p in parts), b, tuple(p[2].key[1] for p in parts),
+                    kinds)
+        predicates.append(Predicate(len(predicates), f"sm{len(predicates) + 1}",
+                                    combined.sql(dialect="duckdb"), expr,
+                                    (1 << a) | (1 << b), edge))
+    if len(predicates) > MAX_PREDICATES:
+        raise UnsupportedQueryError(
+            f"the query has {len(predicates)} predicates; at most {MAX_PREDICATES} are supported"
+        )
+    return predicates
+
+
+def _index_kinds(graph: QueryGraph, scope: BaseScope) -> dict[str, dict]:
+    """Per table, the column lists its SteM indexes and how each column is coded.
+
+    One index serves every edge on the same columns, so its coding is the widest any of
+    them needs (an int column joined with a float column elsewhere is coded as float).
+    """
+    kinds: dict[str, dict[tuple[str, ...], list[str]]] = {t: {} for t in graph.stem_tables}
+    for p in graph.predicates:
+        if p.edge is None:
+            continue
+        for alias in (p.edge.left, p.edge.right):
+            table = graph.aliases[alias].table
+            cols = p.edge.side(alias)
+            current = kinds[table].setdefault(cols, [
+                key_kind(scope.schemas[alias].field(c).type) for c in cols
+            ])
+            for i, k in enumerate(p.edge.kinds):
+                if k == KIND_FLOAT:
+                    current[i] = KIND_FLOAT
+    return {t: {c: tuple(k) for c, k in per.items()} for t, per in kinds.items()}
+
+
+def _destinations(graph: QueryGraph) -> list[Destination]:
+    """Builds, then SMs, then probes, then output: also the default static order."""
+    dests: list[Destination] = []
+    for table in graph.stem_tables:
+        dests.append(Destination(len(dests), f"build:{table}", "build", f"stem:{table}",
+                                 table=table))
+    for p in graph.predicates:
+        dests.append(Destination(len(dests), p.name, "sm", p.name, predicate=p.index))
+    if graph.stem_tables:
+        for a in graph.aliases:
+            dests.append(Destination(len(dests), f"probe:{a.name}", "probe", f"stem:{a.table}",
+                                     table=a.table, target_alias=a.index))
+    dests.append(Destination(len(dests), "output", "output", "output"))
+    return dests
+
+
+# ---------------------------------------------------------------------------------------
+# Above the eddy: projection, aggregation, HAVING, DISTINCT, ORDER BY, LIMIT.
+
+
+def _qualify(node: exp.Expression, scope: BaseScope) -> exp.Expression:
+    """Rewrite every column as ``alias.column`` so equal expressions compare equal."""
+
+    def fix(n: exp.Expression) -> exp.Expression:
+        if isinstance(n, exp.Column) and not isinstance(n.this, exp.Star):
+            ref = scope.resolve(n)
+            alias = scope.aliases[ref.key[0]].name
+            return exp.column(ref.key[1], table=alias, quoted=True)
+        return n
+
+    return node.transform(fix)
+
+
+def _output_name(item: exp.Expression) -> str:
+    if isinstance(item, exp.Alias):
+        return item.alias
+    if isinstance(item, exp.Column):
+        return item.name
+    return item.sql(dialect="duckdb")
+
+
+def _select_items(block: QueryBlock, scope: BaseScope) -> list[tuple[str, exp.Expression]]:
+    items: list[tuple[str, exp.Expression]] = []
+    for item in block.select:
+        if isinstance(item, exp.Star):
+            items += [(c.name, c) for c in scope.star(None)]
+        elif isinstance(item, exp.Column) and isinstance(item.this, exp.Star):
+            items += [(c.name, c) for c in scope.star(item.table)]
+        else:
+            inner = item.this if isinstance(item, exp.Alias) else item
+            items.append((_output_name(item), inner))
+    return items
+
+
+def _ordinal(node: exp.Expression, count: int, what: str) -> int | None:
+    if isinstance(node, exp.Literal) and not node.is_string:
+        position = int(node.this) if node.this.isdigit() else 0
+        if not 1 <= position <= count:
+            raise UnsupportedQueryError(f"{what} position {describe(node)} is out of range")
+        return position - 1
+    return None
+
+
+def _resolve_alias(node: exp.Expression, items: list[tuple[str, exp.Expression]],
+                   scope: BaseScope, prefer_alias: bool) -> exp.Expression:
+    """An unqualified name that names a select item (and, for GROUP BY, no column)."""
+    if isinstance(node, exp.Column) and not node.table:
+        matches = [e for name, e in items if name.lower() == node.name.lower()]
+        if matches:
+            try:
+                scope.resolve(node)
+                is_column = True
+            except UnknownColumnError:
+                is_column = False
+            if prefer_alias or not is_column:
+                return matches[0]
+    return node
+
+
+def _plan_finalize(block: QueryBlock, scope: BaseScope,
+                   types: dict[tuple[int, str], pa.DataType],
+                   functions: dict[str, FunctionSpec]) -> FinalizeSpec:
+    items = [(name, _qualify(node, scope)) for name, node in _select_items(block, scope)]
+    names = [name for name, _ in items]
+    order_nodes: list[tuple[exp.Expression, bool, bool]] = []
+    for ordered in block.order:
+        node = ordered.this
+        position = _ordinal(node, len(items), "ORDER BY")
+        node = items[position][1] if position is not None else _qualify(
+            _resolve_alias(node, items, scope, prefer_alias=True), scope)
+        desc = bool(ordered.args.get("desc"))
+        nulls_first = ordered.args.get("nulls_first")
+        nulls_first = bool(nulls_first) if nulls_first is not None else False
+        order_nodes.append((node, desc, nulls_first))
+
+    is_aggregate = bool(block.group) or block.having is not None or any(
+        node.find(exp.AggFunc) for node in [n for _, n in items] + [o[0] for o in order_nodes]
+    )
+    spec = FinalizeSpec(names=names, select=[], distinct=block.distinct, limit=block.limit,
+                        offset=block.offset)
+    if not is_aggregate:
+        spec.select = [compile_expr(n, scope) for _, n in items]
+        out_types = [check_types(e, types, describe(n)) for e, (_, n) in
+                     zip(spec.select, items, strict=True)]
+        spec.order = [(compile_expr(n, scope), d, nf) for n, d, nf in order_nodes]
+        for (e, _, _), (n, _, _) in zip(spec.order, order_nodes, strict=True):
+            check_types(e, types, describe(n))
+        spec.schema = pa.schema([pa.field(n, t) for n, t in zip(names, out_types, strict=True)])
+        return spec
+
+    groups: list[exp.Expression] = []
+    for node in block.group:
+        position = _ordinal(node, len(items), "GROUP BY")
+        groups.append(items[position][1] if position is not None else _qualify(
+            _resolve_alias(node, items, scope, prefer_alias=False), scope))
+    spec.group = [compile_expr(g, scope) for g in groups]
+    post_types: dict[str, pa.DataType] = {}
+    for i, (g, node) in enumerate(zip(spec.group, groups, strict=True)):
+        post_types[f"__g{i}"] = check_types(g, types, describe(node))
+
+    aggregate_sql: dict[str, int] = {}
+
+    def replace(node: exp.Expression) -> exp.Expression:
+        for i, g in enumerate(groups):
+            if node == g:
+                return exp.column(f"__g{i}")
+        if isinstance(node, exp.AggFunc):
+            key = node.sql(dialect="duckdb")
+            if key not in aggregate_sql:
+                aggregate_sql[key] = len(spec.aggregates)
+                call = _aggregate_call(node, scope)
+                spec.aggregates.append(call)
+                post_types[f"__a{aggregate_sql[key]}"] = _aggregate_type(call, types, node)
+            return exp.column(f"__a{aggregate_sql[key]}")
+        return node
+
+    post_scope = AggregateScope(functions)
+    spec.select = [compile_expr(n.transform(replace), post_scope) for _, n in items]
+    having_node = _qualify(block.having, scope) if block.having is not None else None
+    if having_node is not None:
+        spec.having = compile_expr(having_node.transform(replace), post_scope)
+    spec.order = [(compile_expr(n.transform(replace), post_scope), d, nf)
+                  for n, d, nf in order_nodes]
+    out_types = [check_types(e, post_types, describe(n))
+                 for e, (_, n) in zip(spec.select, items, strict=True)]
+    if spec.having is not None:
+        check_types(spec.having, post_types, describe(having_node))
+    for e, _, _ in spec.order:
+        check_types(e, post_types, "ORDER BY")
+    spec.schema = pa.schema([pa.field(n, t) for n, t in zip(names, out_types, strict=True)])
+    return spec
+
+
+def _aggregate_call(node: exp.AggFunc, scope: BaseScope) -> AggregateCall:
+    sql = node.sql(dialect="duckdb")
+    function = AGGREGATES.get(type(node))
+    if function is None:
+        raise UnsupportedQueryError(f"aggregate {describe(node)} is not supported")
+    arg = node.this
+    if isinstance(arg, exp.Distinct):
+        if function != "count" or len(arg.expressions) != 1:
+            raise UnsupportedQueryError(
+                f"{describe(node)}: DISTINCT is supported in COUNT(DISTINCT x) only"
+            )
+        function, arg = "count_distinct", arg.expressions[0]
+    if isinstance(arg, exp.Star):
+        if function != "count":
+            raise UnsupportedQueryError(f"{describe(node)}: '*' is only allowed in COUNT(*)")
+        return AggregateCall("count", compile_expr(exp.Literal.number(1), scope), sql)
+    if arg is None or node.expressions:
+        raise UnsupportedQueryError(f"aggregate {describe(node)} takes exactly one argument")
+    if arg.find(exp.AggFunc):
+        raise UnsupportedQueryError(f"nested aggregate in {describe(node)} is not supported")
+    return AggregateCall(function, compile_expr(arg, scope), sql)
+
+
+def _aggregate_type(call: AggregateCall, types: dict, node: exp.Expression) -> pa.DataType:
+    arg_type = check_types(call.arg, types, describe(node))
+    if call.function in ("count", "count_distinct"):
+        return pa.int64()
+    if call.function == "mean":
+        if not (pa.types.is_integer(arg_type) or pa.types.is_floating(arg_type)
+                or pa.types.is_decimal(arg_type)):
+            raise QueryTypeError(f"AVG needs a number: {describe(node)} is over {arg_type}")
+        return pa.float64()
+    if call.function == "sum":
+        if pa.types.is_integer(arg_type):
+            return pa.int64()
+        if pa.types.is_floating(arg_type):
+            return pa.float64()
+        if pa.types.is_decimal(arg_type):
+            return arg_type
+        raise QueryTypeError(f"SUM needs a number: {describe(node)} is over {arg_type}")
+    return arg_type

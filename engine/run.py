@@ -1,0 +1,111 @@
+"""Run a plan: create the stores, modules, scan AMs and the eddy, and start them under trio.
+
+One nursery holds the query's long-lived tasks: the eddy, one task per module (SteMs, SMs,
+the output module) and one per scan AM. Modules read bounded channels (``queue_capacity``
+batches each); everything they return flows back to the eddy through one inbox.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import trio
+
+from eddies.engine.errors import EddiesError
+from eddies.engine.planner import Plan
+from eddies.modules.base import Module
+from eddies.modules.output import OutputModule
+from eddies.modules.scan import ScanAM
+from eddies.modules.selection import SelectionModule
+from eddies.modules.stem import BuildClock, SteM
+from eddies.router.constraints import ConstraintChecker
+from eddies.router.eddy import Eddy
+from eddies.router.policies import POLICIES, make_policy
+from eddies.router.routing_table import RoutingTable
+from eddies.router.stats import RunStats
+
+#: Rows per scan batch when neither the query nor the table sets one: large enough that
+#: the ~10 µs per hop and ~100 µs per Arrow call vanish, small enough to route adaptively.
+DEFAULT_BATCH_SIZE = 8192
+#: Batches a module's input queue holds (eddies-2000: "fixed-length message queues").
+DEFAULT_QUEUE_CAPACITY = 4
+#: Source batches admitted into the eddy ahead of routing, per scan AM.
+SOURCE_BUFFER_PER_SCAN = 2
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    """How to run a query; see :func:`eddies.engine.execute` for the meaning of each."""
+
+    policy: str = "lottery"
+    batch_size: int | None = None
+    seed: int | None = None
+    debug: bool = False
+    order: tuple[str, ...] | None = None
+    window: float | None = None
+    queue_capacity: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.policy not in POLICIES:
+            raise EddiesError(
+                f"unknown routing policy {self.policy!r}; choose one of {', '.join(POLICIES)}"
+            )
+        if self.batch_size is not None and (
+            not isinstance(self.batch_size, int) or self.batch_size < 1
+        ):
+            raise EddiesError(f"batch_size must be a positive integer, got {self.batch_size!r}")
+        if self.queue_capacity is not None and self.queue_capacity < 1:
+            raise EddiesError(f"queue_capacity must be >= 1, got {self.queue_capacity!r}")
+
+
+async def run_plan(plan: Plan, options: RunOptions, results: trio.MemorySendChannel,
+                   stats: RunStats) -> None:
+    """Execute ``plan``; complete tuples leave as RecordBatches on ``results`` (closed at end)."""
+    graph = plan.graph
+    table_stores = {table: source.new_store() for table, source in plan.sources.items()}
+    stores = {a.index: table_stores[a.table] for a in graph.aliases}
+    clock = BuildClock()
+    capacity = options.queue_capacity or DEFAULT_QUEUE_CAPACITY
+    batch_size = options.batch_size or DEFAULT_BATCH_SIZE
+
+    modules: dict[str, Module] = {}
+    for table in graph.stem_tables:
+        dests = [d for d in plan.destinations if d.table == table]
+        build = next(d.id for d in dests if d.kind == "build")
+        probes = {d.id: d.target_alias for d in dests if d.kind == "probe"}
+        modules[f"stem:{table}"] = SteM(table, graph, stores, clock, plan.index_kinds[table],
+                                        build, probes)
+    for p in graph.predicates:
+        modules[p.name] = SelectionModule(p, stores)
+    modules["output"] = OutputModule(
+        plan.output_columns, [f"{graph.aliases[a].name}.{c}" for a, c in plan.output_columns],
+        stores, results, debug=options.debug,
+    )
+    channels = {name: trio.open_memory_channel(capacity) for name in modules}
+    queues = [channels[d.module][0] for d in plan.destinations]
+
+    first_alias: dict[str, int] = {}
+    for a in graph.aliases:
+        first_alias.setdefault(a.table, a.index)
+    scans = [
+        ScanAM(source, first_alias[table], table_stores[table], batch_size,
+               built=table not in graph.stem_tables,
+               stats=stats.module(f"scan:{table}", "scan"))
+        for table, source in plan.sources.items()
+    ]
+    policy = make_policy(options.policy, plan.destinations, seed=options.seed,
+                         order=options.order, window=options.window)
+    admission = trio.Semaphore(SOURCE_BUFFER_PER_SCAN * len(scans))
+    to_eddy, inbox = trio.open_memory_channel(math.inf)
+    eddy = Eddy(
+        RoutingTable(graph, plan.destinations), policy, queues, admission, len(scans), stats,
+        ConstraintChecker(graph, plan.destinations) if options.debug else None,
+    )
+    async with trio.open_nursery() as nursery, to_eddy:
+        for name, module in modules.items():
+            nursery.start_soon(module.serve, channels[name][1], to_eddy.clone(),
+                               name=f"eddies:{name}")
+        for scan in scans:
+            nursery.start_soon(scan.run, to_eddy.clone(), admission, name=f"eddies:{scan.name}")
+        nursery.start_soon(eddy.run, inbox, name="eddies:eddy")

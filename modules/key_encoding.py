@@ -1,0 +1,130 @@
+"""Join keys to int64 codes, so SteM indexes can sort and search them with NumPy.
+
+An equi-join edge compares columns of two tables; both sides must map equal values to equal
+codes. Integers, booleans, dates and timestamps are their own codes (after a cast to a
+common type), floats are their IEEE bits (with -0.0 folded onto 0.0), and strings and other
+types go through a :class:`KeyDictionary` that grows as the build side sees new values.
+NULL never joins: nulls come back in a validity mask and are neither built nor probed.
+Multi-column keys combine the per-column codes with a 64-bit mix; the SteM then checks
+each column's code, so a hash collision cannot produce a wrong match.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from eddies.engine.errors import QueryTypeError
+
+#: How a column's values become codes.
+KIND_INT, KIND_FLOAT, KIND_DICT, KIND_TIMESTAMP = "int", "float", "dict", "timestamp"
+
+
+def key_kind(dtype: pa.DataType) -> str:
+    """The coding family of an Arrow type used in an equi-join."""
+    if pa.types.is_integer(dtype) or pa.types.is_boolean(dtype) or pa.types.is_date(dtype):
+        return KIND_INT
+    if pa.types.is_floating(dtype) or pa.types.is_decimal(dtype):
+        return KIND_FLOAT
+    if pa.types.is_timestamp(dtype):
+        return KIND_TIMESTAMP
+    return KIND_DICT
+
+
+def common_kind(left: pa.DataType, right: pa.DataType, where: str) -> str:
+    """The kind both sides of an equi-join are coded in; QueryTypeError if incomparable."""
+    lk, rk = key_kind(left), key_kind(right)
+    if lk == rk:
+        if lk == KIND_DICT and not _same_dict_family(left, right):
+            raise QueryTypeError(f"cannot join {left} with {right} in {where}")
+        if lk == KIND_INT and pa.types.is_date(left) != pa.types.is_date(right):
+            raise QueryTypeError(f"cannot join {left} with {right} in {where}")
+        return lk
+    if {lk, rk} == {KIND_INT, KIND_FLOAT} and not (
+        pa.types.is_date(left) or pa.types.is_date(right)
+    ):
+        return KIND_FLOAT
+    raise QueryTypeError(f"cannot join {left} with {right} in {where}")
+
+
+def _same_dict_family(a: pa.DataType, b: pa.DataType) -> bool:
+    def family(t: pa.DataType) -> str:
+        if pa.types.is_string(t) or pa.types.is_large_string(t):
+            return "string"
+        if pa.types.is_binary(t) or pa.types.is_large_binary(t):
+            return "binary"
+        return str(t)
+
+    return family(a) == family(b)
+
+
+class KeyDictionary:
+    """Dense int codes for values of a non-numeric join column (strings, ...).
+
+    The build side calls :meth:`encode` with ``grow=True`` and new values get the next
+    codes; the probe side uses ``grow=False`` and values never built get code -1 (they can
+    match nothing). Cost per call: one hash of the distinct values seen so far.
+    """
+
+    def __init__(self) -> None:
+        self._values: pa.Array | None = None
+
+    def encode(self, values: pa.Array, grow: bool) -> np.ndarray:
+        if pa.types.is_large_string(values.type):
+            values = values.cast(pa.string())
+        if grow:
+            distinct = pc.unique(values.drop_null())
+            if self._values is None:
+                self._values = distinct
+            else:
+                known = pc.is_in(distinct, value_set=self._values)
+                fresh = distinct.filter(pc.invert(known))
+                if len(fresh):
+                    self._values = pa.concat_arrays([self._values, fresh])
+        if self._values is None or len(self._values) == 0:
+            return np.full(len(values), -1, dtype=np.int64)
+        codes = pc.index_in(values, value_set=self._values)
+        return codes.fill_null(-1).to_numpy(zero_copy_only=False).astype(np.int64, copy=False)
+
+
+def validity(values: pa.Array) -> np.ndarray | None:
+    """Boolean mask of non-null entries, or None when there are no nulls."""
+    if values.null_count == 0:
+        return None
+    return pc.is_valid(values).to_numpy(zero_copy_only=False)
+
+
+def encode_column(
+    values: pa.Array, kind: str, dictionary: KeyDictionary | None, grow: bool
+) -> np.ndarray:
+    """int64 codes for one key column (nulls get an arbitrary code; mask them separately)."""
+    if isinstance(values, pa.ChunkedArray):
+        values = values.combine_chunks()
+    if kind == KIND_INT:
+        if pa.types.is_date(values.type):
+            values = values.cast(pa.date32()).cast(pa.int32())
+        return values.cast(pa.int64()).fill_null(0).to_numpy()
+    if kind == KIND_TIMESTAMP:
+        values = values.cast(pa.timestamp("us", tz=values.type.tz)).cast(pa.int64())
+        return values.fill_null(0).to_numpy()
+    if kind == KIND_FLOAT:
+        as_float = values.cast(pa.float64()).fill_null(0.0).to_numpy().copy()
+        as_float[as_float == 0.0] = 0.0  # -0.0 == 0.0 in SQL
+        return as_float.view(np.int64)
+    assert dictionary is not None
+    return dictionary.encode(values, grow)
+
+
+def mix_codes(columns: list[np.ndarray]) -> np.ndarray:
+    """Combine per-column int64 codes into one int64 hash (splitmix64-style mixing)."""
+    if len(columns) == 1:
+        return columns[0]
+    with np.errstate(over="ignore"):
+        h = np.full(len(columns[0]), 0x9E3779B97F4A7C15, dtype=np.uint64)
+        for col in columns:
+            x = col.view(np.uint64) ^ h
+            x = (x ^ (x >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+            x = (x ^ (x >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+            h = x ^ (x >> np.uint64(31))
+    return h.view(np.int64)

@@ -1,0 +1,75 @@
+"""Scan access modules (AMs): deliver a table's tuples into the eddy as singletons.
+
+stems-2003 §2.1.3: a scan AM answers the seed tuple with every tuple of its source. Here it
+is a trio task that reads its source in batches, appends them to the table's store (row
+ids are what travels), and hands singleton TupleBatches to the eddy. Admission is through
+the eddy's semaphore, so a busy eddy slows its scans (back-pressure). ``delay`` and ``rate``
+make a source start late or deliver slowly, as in the papers' experiments.
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import trio
+
+from eddies.engine.errors import DataSourceError
+from eddies.router.eddy import SourceBatch, SourceDone
+from eddies.router.stats import ModuleStats
+from eddies.router.tuple_batch import singleton_batch
+from eddies.sources.arrow_source import TableSource
+from eddies.sources.table_store import TableStore
+
+
+class ScanAM:
+    """Scans one table for one alias (the first alias of the table; the SteM fans out)."""
+
+    kind = "scan"
+
+    def __init__(self, source: TableSource, alias: int, store: TableStore, batch_size: int,
+                 built: bool, stats: ModuleStats) -> None:
+        self.name = f"scan:{source.name}"
+        self.source = source
+        self.alias = alias
+        self.store = store
+        self.batch_size = source.batch_size or batch_size
+        self.built = built
+        self.stats = stats
+
+    async def run(self, to_eddy: trio.MemorySendChannel, admission: trio.Semaphore) -> None:
+        async with to_eddy:
+            if self.source.delay:
+                await trio.sleep(self.source.delay)
+            started = time.perf_counter()
+            sent = 0
+            async for row_ids in self._row_batches():
+                await admission.acquire()
+                await to_eddy.send(
+                    SourceBatch(self.name, singleton_batch(self.alias, row_ids, self.built))
+                )
+                sent += len(row_ids)
+                self.stats.tuples_out += len(row_ids)
+                self.stats.batches_in += 1
+                if self.source.rate:
+                    await trio.sleep_until(trio.current_time() + max(
+                        0.0, started + sent / self.source.rate - time.perf_counter()))
+            self.stats.busy_seconds = time.perf_counter() - started
+            await to_eddy.send(SourceDone(self.name))
+
+    async def _row_batches(self):
+        preloaded = self.store.preloaded_rows
+        if preloaded is not None:
+            for start in range(0, preloaded, self.batch_size):
+                yield np.arange(start, min(start + self.batch_size, preloaded), dtype=np.int64)
+            return
+        batches = self.source.open_batches(self.batch_size)
+        while True:
+            try:
+                batch = await trio.to_thread.run_sync(next, batches, None)
+            except (OSError, ValueError) as exc:
+                raise DataSourceError(f"reading table {self.source.name!r} failed: {exc}") from exc
+            if batch is None:
+                return
+            if batch.num_rows:
+                yield self.store.append(batch)

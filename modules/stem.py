@@ -1,0 +1,206 @@
+"""SteMs: State Modules, one per base table, built into and probed by the eddy.
+
+stems-2003 §2.1.4: a SteM is half of a join — it stores one table's singleton tuples and
+answers probes with the concatenated matches. A table used under several aliases (a
+self-join) has one SteM that serves every alias. Here a SteM keeps, per stored tuple, its
+row id, its build TimeStamp and the Done bits it carried when built, plus one
+:class:`~eddies.modules.stem_index.SortedRunIndex` per join column list.
+
+Routing constraints enforced inside the SteM (stems-2003 Table 2):
+
+* **SteM BounceBack** — a build tuple is always bounced back, once per alias of the table
+  (so each alias role can go on to probe); a probe tuple is never bounced back, since with
+  one scan AM per table every match that arrives later will find it (TimeStamp).
+* **TimeStamp** — building assigns global, increasing timestamps; a probe of tuple t finds
+  match u only if key(u) < key(t), where key = ``ts * n_aliases + alias`` (the alias
+  tiebreak makes the rule exact for self-joins).
+
+A probe with no join edge (a cross product) matches every older tuple; the build
+timestamps are increasing by position, so that is a ``searchsorted`` per tuple.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from eddies.modules.base import Module, Work, run_vectorized
+from eddies.modules.key_encoding import KIND_DICT, KeyDictionary, encode_column, mix_codes, validity
+from eddies.modules.stem_index import GrowableArray, SortedRunIndex
+from eddies.router.query_graph import Predicate, QueryGraph
+from eddies.router.tuple_batch import Signature, TupleBatch
+from eddies.sources.table_store import TableStore
+
+
+class BuildClock:
+    """The global, monotonically increasing build TimeStamp (stems-2003 §3.1).
+
+    Shared by all SteMs of a query; only ever advanced on the trio thread, at the moment a
+    SteM starts a build, so a timestamp order is also an order of insertion.
+    """
+
+    def __init__(self) -> None:
+        self._next = 1
+
+    def take(self, n: int) -> np.ndarray:
+        start = self._next
+        self._next += n
+        return np.arange(start, start + n, dtype=np.int64)
+
+
+@dataclass
+class ColumnIndex:
+    """A SteM's index on one column list: key codes -> stored positions."""
+
+    columns: tuple[str, ...]
+    kinds: tuple[str, ...]
+    dictionaries: list[KeyDictionary | None] = field(default_factory=list)
+    index: SortedRunIndex = field(default_factory=SortedRunIndex)
+    column_codes: list[GrowableArray] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.dictionaries = [KeyDictionary() if k == KIND_DICT else None for k in self.kinds]
+        if len(self.columns) > 1:  # codes kept per column to verify multi-column matches
+            self.column_codes = [GrowableArray(np.int64) for _ in self.columns]
+
+    def encode(self, store: TableStore, columns: tuple[str, ...], row_ids: np.ndarray,
+               grow: bool) -> tuple[np.ndarray, list[np.ndarray], np.ndarray | None]:
+        """(mixed keys, per-column codes, validity mask or None) for ``row_ids``."""
+        codes: list[np.ndarray] = []
+        valid: np.ndarray | None = None
+        for col, kind, dictionary in zip(columns, self.kinds, self.dictionaries, strict=True):
+            values = store.gather(col, row_ids)
+            mask = validity(values)
+            if mask is not None:
+                valid = mask if valid is None else valid & mask
+            codes.append(encode_column(values, kind, dictionary, grow))
+        return mix_codes(codes), codes, valid
+
+
+class SteM(Module):
+    """The SteM of one base table (see module docstring). Destinations: one build, and one
+    probe per alias of the table (``probe_targets``: destination id -> alias)."""
+
+    kind = "stem"
+
+    def __init__(
+        self,
+        table: str,
+        graph: QueryGraph,
+        stores: dict[int, TableStore],
+        clock: BuildClock,
+        index_kinds: dict[tuple[str, ...], tuple[str, ...]],
+        build_destination: int,
+        probe_targets: dict[int, int],
+    ) -> None:
+        self.name = f"stem:{table}"
+        self.table = table
+        self.graph = graph
+        self.aliases = graph.aliases_of(table)
+        self.single_alias = len(self.aliases) == 1
+        self.n_aliases = len(graph.aliases)
+        self.stores = stores
+        self.store = stores[self.aliases[0]]
+        self.clock = clock
+        self.indexes = {cols: ColumnIndex(cols, kinds) for cols, kinds in index_kinds.items()}
+        self.build_destination = build_destination
+        self.probe_targets = probe_targets
+        self._rows = GrowableArray(np.int64)
+        self._ts = GrowableArray(np.int64)
+        self._done = GrowableArray(np.uint64)
+
+    def __len__(self) -> int:
+        return len(self._rows)
+
+    async def process(self, work: Work) -> list[TupleBatch]:
+        if work.destination == self.build_destination:
+            # The clock advances here, on the trio thread, before any await (see BuildClock).
+            raw_ts = self.clock.take(len(work.batch))
+            return await run_vectorized(self.build, work.batch, raw_ts, rows=len(work.batch))
+        target = self.probe_targets[work.destination]
+        predicate = None if work.edge is None else self.graph.predicates[work.edge]
+        return await run_vectorized(self.probe, work.batch, target, predicate,
+                                    rows=len(work.batch))
+
+    def build(self, batch: TupleBatch, raw_ts: np.ndarray) -> list[TupleBatch]:
+        """Insert singletons; bounce each back once per alias, with its TimeStamp key."""
+        (row_ids,) = batch.rows.values()
+        start = len(self._rows)
+        positions = np.arange(start, start + len(row_ids), dtype=np.int64)
+        self._rows.extend(row_ids)
+        self._ts.extend(raw_ts)
+        done = batch.signature.done if self.single_alias else 0
+        self._done.extend(np.full(len(row_ids), done, dtype=np.uint64))
+        for cols, index in self.indexes.items():
+            keys, codes, valid = index.encode(self.store, cols, row_ids, grow=True)
+            for store_codes, col_codes in zip(index.column_codes, codes, strict=False):
+                store_codes.extend(col_codes)
+            if valid is None:
+                index.index.insert(keys, positions)
+            else:  # NULL never joins: not indexed at all
+                index.index.insert(keys[valid], positions[valid])
+        return [
+            TupleBatch(Signature(1 << a, done, True), {a: row_ids}, raw_ts * self.n_aliases + a)
+            for a in self.aliases
+        ]
+
+    def _matches(self, batch: TupleBatch, target: int, predicate: Predicate | None):
+        """Candidate (probe index, stored position) pairs before the TimeStamp rule."""
+        if predicate is None:  # cross product: every tuple built so far
+            n = len(batch)
+            counts = np.full(n, len(self._rows), dtype=np.int64)
+            probe_idx = np.repeat(np.arange(n, dtype=np.int64), counts)
+            pos = np.arange(len(probe_idx), dtype=np.int64) - np.repeat(
+                np.cumsum(counts) - counts, counts
+            )
+            return probe_idx, pos
+        edge = predicate.edge
+        assert edge is not None
+        probe_alias = edge.other(target)
+        index = self.indexes[edge.side(target)]
+        keys, codes, valid = index.encode(
+            self.stores[probe_alias], edge.side(probe_alias), batch.rows[probe_alias], grow=False
+        )
+        if valid is None:
+            probe_idx, pos = index.index.probe(keys)
+        else:
+            live = np.flatnonzero(valid)
+            probe_idx, pos = index.index.probe(keys[live])
+            probe_idx = live[probe_idx]
+        if len(codes) > 1 and len(pos):  # the mixed key may collide: check every column
+            same = np.ones(len(pos), dtype=bool)
+            for stored, probe_codes in zip(index.column_codes, codes, strict=True):
+                same &= stored.view()[pos] == probe_codes[probe_idx]
+            probe_idx, pos = probe_idx[same], pos[same]
+        return probe_idx, pos
+
+    def probe(self, batch: TupleBatch, target: int, predicate: Predicate | None
+              ) -> list[TupleBatch]:
+        """Concatenated matches of ``batch`` with this SteM's tuples in the role ``target``."""
+        probe_idx, pos = self._matches(batch, target, predicate)
+        stored_keys = self._ts.view()[pos] * self.n_aliases + target
+        keep = stored_keys < batch.ts[probe_idx]  # TimeStamp rule
+        if not keep.all():
+            probe_idx, pos = probe_idx[keep], pos[keep]
+        if len(pos) == 0:
+            return []
+        rows = {a: ids[probe_idx] for a, ids in batch.rows.items()}
+        rows[target] = self._rows.view()[pos]
+        result = TupleBatch(batch.signature, rows, batch.ts[probe_idx])
+        sig = batch.signature
+        done = sig.done | (predicate.bit if predicate is not None else 0)
+        span = sig.span | (1 << target)
+        if not self.single_alias:
+            return [result.with_signature(Signature(span, done, True))]
+        # Stored tuples may have passed their own SMs before being built: carry those bits.
+        stored_done = self._done.view()[pos]
+        first = stored_done[0]
+        if (stored_done == first).all():
+            return [result.with_signature(Signature(span, done | int(first), True))]
+        return [
+            result.take(stored_done == value).with_signature(
+                Signature(span, done | int(value), True)
+            )
+            for value in np.unique(stored_done)
+        ]

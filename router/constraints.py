@@ -1,0 +1,96 @@
+"""Debug-mode checks of the routing constraints (stems-2003 Table 2) on every routing step.
+
+The routing table already only offers legal destinations; the checker verifies it
+independently, from the batches themselves, so a bug in the routing table, a policy, the
+eddy or a SteM shows up as a :class:`ConstraintViolation` naming the rule:
+
+* **BuildFirst** — no probe, output, or (for multi-alias tables) SM before the build.
+* **BoundedRepetition** — no destination whose work is already recorded in the signature.
+* **SteM BounceBack** — a build returns every tuple once per alias of the table, built.
+* **TimeStamp** — the checker records each row's build timestamp itself (from the build
+  bounce-backs) and recomputes every probe result's key as the max of its components'
+  keys; it must equal the probe tuple's key, i.e. the probe tuple arrived last.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from eddies.router.query_graph import QueryGraph
+from eddies.router.routing_table import Destination
+from eddies.router.tuple_batch import TupleBatch
+
+
+class ConstraintViolation(RuntimeError):
+    """A routing constraint was broken: a bug in eddies, never the user's input."""
+
+
+class ConstraintChecker:
+    """Checks each routed batch and each module's answer (only with ``debug=True``)."""
+
+    def __init__(self, graph: QueryGraph, destinations: list[Destination]) -> None:
+        self.graph = graph
+        self.destinations = destinations
+        self.n_aliases = len(graph.aliases)
+        self._build_ts: dict[str, dict[int, int]] = {}
+
+    def _fail(self, rule: str, message: str) -> None:
+        raise ConstraintViolation(f"{rule}: {message}")
+
+    def check_route(self, batch: TupleBatch, destination: int) -> None:
+        sig = batch.signature
+        dest = self.destinations[destination]
+        graph = self.graph
+        if dest.kind == "output":
+            if sig.span != graph.all_aliases or sig.done != graph.all_predicates:
+                self._fail("completeness", f"incomplete tuples sent to output: {sig}")
+            return
+        if dest.kind == "build":
+            if sig.built:
+                self._fail("BoundedRepetition", f"built tuples routed to {dest.name} again")
+            return
+        if not sig.built:
+            table = graph.aliases[sig.span.bit_length() - 1].table
+            if dest.kind == "probe" or len(graph.aliases_of(table)) > 1:
+                self._fail("BuildFirst", f"unbuilt {table} tuples routed to {dest.name}")
+        if dest.kind == "probe" and sig.span >> dest.target_alias & 1:
+            self._fail("BoundedRepetition", f"tuples spanning {dest.name} probed it again")
+        if dest.kind == "sm":
+            pred = graph.predicates[dest.predicate]
+            if sig.done & pred.bit:
+                self._fail("BoundedRepetition", f"tuples routed to {dest.name} twice")
+            if pred.alias_mask & ~sig.span:
+                self._fail("routing", f"{dest.name} needs aliases the tuples do not span")
+
+    def check_returned(self, destination: int, tuples_in: int, outputs: list[TupleBatch]) -> None:
+        dest = self.destinations[destination]
+        if dest.kind == "build":
+            aliases = self.graph.aliases_of(dest.table)
+            got = sorted(next(iter(b.rows)) for b in outputs)
+            if got != sorted(aliases) or any(len(b) != tuples_in for b in outputs):
+                self._fail("SteM BounceBack", f"{dest.name} bounced back {got} of {aliases}")
+            record = self._build_ts.setdefault(dest.table, {})
+            for b in outputs:
+                if not b.signature.built:
+                    self._fail("SteM BounceBack", f"{dest.name} returned unbuilt tuples")
+                (alias,) = b.rows
+                raw = (b.ts - alias) // self.n_aliases
+                record.update(zip(b.rows[alias].tolist(), raw.tolist(), strict=True))
+        elif dest.kind == "probe":
+            for b in outputs:
+                if not b.signature.span >> dest.target_alias & 1:
+                    self._fail("probe", f"{dest.name} returned tuples without its alias")
+                keys = np.stack([self._keys(alias, ids) for alias, ids in b.rows.items()])
+                if not (keys.max(axis=0) == b.ts).all():
+                    self._fail("TimeStamp", f"{dest.name} returned a match newer than its probe")
+                if (self._keys(dest.target_alias, b.rows[dest.target_alias]) >= b.ts).any():
+                    self._fail("TimeStamp", f"{dest.name} matched a tuple not older than the probe")
+
+    def _keys(self, alias: int, row_ids: np.ndarray) -> np.ndarray:
+        table = self.graph.aliases[alias].table
+        record = self._build_ts.get(table, {})
+        try:
+            raw = np.array([record[r] for r in row_ids.tolist()], dtype=np.int64)
+        except KeyError as missing:
+            self._fail("BuildFirst", f"row {missing} of {table} was joined before it was built")
+        return raw * self.n_aliases + alias

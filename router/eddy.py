@@ -1,0 +1,179 @@
+"""The eddy: one trio task that routes every TupleBatch among the modules (eddies-2000 §2).
+
+Messages arrive in one inbox: batches returned by modules (SMs and SteMs bounce tuples
+back), batches from scan AMs, and end-of-source notices. Returned batches go to a priority
+buffer that is always served before new source tuples (eddies-2000 §2.2: "tuples that have
+been handled by some operator get priority"), which keeps the dataflow short and memory
+bounded; source tuples are admitted through a semaphore, so a slow eddy slows the scans.
+
+The eddy never blocks on a send: it offers a batch only to a module whose bounded input
+queue has room (``send_nowait``), otherwise the batch waits in the eddy and is routed again
+when a module answers. So a module can never be blocked by the eddy while the eddy waits
+on it, and back-pressure (what the naive policy learns from) reaches the eddy.
+
+The query ends when every source is exhausted and no batch is in flight, queued or
+waiting (stems-2003 §2.1.1); the eddy then closes the modules' queues.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from dataclasses import dataclass
+
+import numpy as np
+import structlog
+import trio
+
+from eddies.modules.base import Returned, Work
+from eddies.router.constraints import ConstraintChecker
+from eddies.router.policies import RoutingPolicy
+from eddies.router.routing_table import RoutingTable
+from eddies.router.stats import RunStats
+from eddies.router.tuple_batch import TupleBatch
+
+log = structlog.get_logger("eddies.router")
+
+
+@dataclass(slots=True)
+class SourceBatch:
+    """New singleton tuples from a scan AM."""
+
+    source: str
+    batch: TupleBatch
+
+
+@dataclass(slots=True)
+class SourceDone:
+    """A scan AM has delivered all its tuples."""
+
+    source: str
+
+
+class Eddy:
+    """Routes batches; see the module docstring. ``queues[d]`` is destination d's channel."""
+
+    def __init__(
+        self,
+        routing_table: RoutingTable,
+        policy: RoutingPolicy,
+        queues: list[trio.MemorySendChannel],
+        admission: trio.Semaphore,
+        sources: int,
+        stats: RunStats,
+        checker: ConstraintChecker | None = None,
+    ) -> None:
+        self.routing_table = routing_table
+        self.policy = policy
+        self.queues = queues
+        self.admission = admission
+        self.sources_open = sources
+        self.stats = stats
+        self.checker = checker
+        self._names = [d.name for d in routing_table.destinations]
+        self._module_stats = [stats.modules[n] for n in self._names]
+        self._priority: deque[TupleBatch] = deque()
+        self._fresh: deque[TupleBatch] = deque()
+        self._waiting: deque[TupleBatch] = deque()
+        self._retry = False
+        self._in_flight = 0
+        self._started = time.perf_counter()
+
+    def has_room(self, destination: int) -> bool:
+        stats = self.queues[destination].statistics()
+        return stats.current_buffer_used < stats.max_buffer_size
+
+    async def run(self, inbox: trio.MemoryReceiveChannel) -> None:
+        """Route until the query is finished, then close every module queue."""
+        self._started = time.perf_counter()
+        try:
+            while True:
+                self._drain(inbox)
+                if self._retry and self._waiting:
+                    self._retry = False
+                    waiting, self._waiting = self._waiting, deque()
+                    for batch in waiting:
+                        self._route(batch)
+                if self._priority:
+                    self._route(self._priority.popleft())
+                elif self._fresh and not self._waiting:
+                    self.admission.release()
+                    self._route(self._fresh.popleft())
+                elif self._finished():
+                    break
+                else:
+                    self._accept(await inbox.receive())
+                    continue
+                await trio.lowlevel.checkpoint()  # let the modules and scans run
+        finally:
+            for queue in {id(q): q for q in self.queues}.values():
+                queue.close()
+            self.stats.elapsed_seconds = time.perf_counter() - self._started
+
+    def _finished(self) -> bool:
+        return (
+            self.sources_open == 0
+            and self._in_flight == 0
+            and not (self._priority or self._fresh or self._waiting)
+        )
+
+    def _drain(self, inbox: trio.MemoryReceiveChannel) -> None:
+        while True:
+            try:
+                message = inbox.receive_nowait()
+            except trio.WouldBlock:
+                return
+            self._accept(message)
+
+    def _accept(self, message: Returned | SourceBatch | SourceDone) -> None:
+        if isinstance(message, Returned):
+            self._in_flight -= 1
+            self._retry = True
+            returned = sum(len(b) for b in message.outputs)
+            stats = self._module_stats[message.destination]
+            stats.tuples_out += returned
+            stats.busy_seconds += message.busy_seconds
+            self.policy.on_returned(message.destination, returned)
+            if self.checker is not None:
+                self.checker.check_returned(
+                    message.destination, message.tuples_in, message.outputs
+                )
+            self._priority.extend(b for b in message.outputs if len(b))
+        elif isinstance(message, SourceBatch):
+            self._fresh.append(message.batch)
+        else:
+            self.sources_open -= 1
+            log.debug("source exhausted", source=message.source, open=self.sources_open)
+
+    def _route(self, batch: TupleBatch) -> None:
+        entry = self.routing_table.entry(batch.signature)
+        if len(entry.destinations) == 1:
+            choice = entry.destinations[0]
+        else:
+            choice = self.policy.choose(entry, len(batch), self.has_room)
+        if choice is None:
+            self._waiting.append(batch)
+        elif isinstance(choice, np.ndarray):
+            for destination, part in batch.split_by(choice).items():
+                self._send(destination, part, entry)
+        else:
+            self._send(choice, batch, entry)
+
+    def _send(self, destination: int, batch: TupleBatch, entry) -> None:
+        if not self.has_room(destination):
+            self._waiting.append(batch)
+            return
+        if self.checker is not None:
+            self.checker.check_route(batch, destination)
+        edge = entry.edges[entry.destinations.index(destination)]
+        self.queues[destination].send_nowait(Work(destination, batch, edge))
+        self._in_flight += 1
+        n = len(batch)
+        self.policy.on_routed(destination, n)
+        stats = self._module_stats[destination]
+        stats.tuples_in += n
+        stats.batches_in += 1
+        sig = batch.signature
+        self.stats.record_route(
+            time.perf_counter() - self._started, sig.span, sig.done, destination, n
+        )

@@ -1,0 +1,187 @@
+"""Routing policies: which eligible destination gets a batch (eddies-2000 §4).
+
+A policy sees the routing-table entry for a batch's signature, the batch size, and whether
+each destination's input queue has room; it answers with one destination id, a per-tuple
+vector of destination ids (the batch is then split), or ``None`` to hold the batch until
+some queue drains. Decisions are made per batch — the PostgreSQL eddy's batched routing
+decisions — so ``batch_size=1`` is exactly the per-tuple eddy of the paper.
+
+* ``static`` — a fixed order of destination names; simulates a static plan in the same
+  engine, as the papers do for their baselines.
+* ``random`` — uniform per tuple, ignoring queues.
+* ``naive`` — back-pressure only (§4.1): offer to a destination whose queue has room; a
+  faster module drains its queue sooner and so receives more tuples.
+* ``lottery`` (§4.2) — a destination gets a ticket for each tuple it takes and gives one
+  back for each tuple it returns; among destinations with room, the draw is weighted by
+  tickets, so selective modules (few returns) win.
+* ``lottery-window`` (§4.4) — tickets earned in the current window are held in escrow; at
+  each window's end they become the banked tickets the lottery draws with, so the policy
+  follows changes in cost and selectivity.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+
+import numpy as np
+
+from eddies.engine.errors import EddiesError
+from eddies.router.routing_table import Destination, RouteEntry
+
+POLICIES = ("static", "random", "naive", "lottery", "lottery-window")
+
+HasRoom = Callable[[int], bool]
+Choice = int | np.ndarray | None
+
+
+class RoutingPolicy:
+    """Base class; ``on_routed``/``on_returned`` let a policy learn from module counters."""
+
+    name = "policy"
+
+    def __init__(self, destinations: Sequence[Destination], rng: np.random.Generator) -> None:
+        self.destinations = destinations
+        self.rng = rng
+
+    def choose(self, entry: RouteEntry, n: int, has_room: HasRoom) -> Choice:
+        raise NotImplementedError  # pragma: no cover
+
+    def on_routed(self, destination: int, tuples: int) -> None:
+        """A destination took ``tuples`` tuples."""
+
+    def on_returned(self, destination: int, tuples: int) -> None:
+        """A destination sent ``tuples`` tuples back to the eddy."""
+
+
+class StaticPolicy(RoutingPolicy):
+    """The first eligible destination in a fixed order (default: explain's order)."""
+
+    name = "static"
+
+    def __init__(self, destinations, rng, order: Sequence[str] | None = None) -> None:
+        super().__init__(destinations, rng)
+        names = [d.name for d in destinations]
+        order = list(order) if order else names
+        unknown = [o for o in order if o not in names]
+        if unknown:
+            raise EddiesError(
+                f"static order names unknown destinations {unknown}; the query has {names}"
+            )
+        rank = {name: i for i, name in enumerate(order)}
+        self._rank = [rank.get(d.name, len(order) + d.id) for d in destinations]
+
+    def choose(self, entry: RouteEntry, n: int, has_room: HasRoom) -> Choice:
+        return min(entry.destinations, key=self._rank.__getitem__)
+
+
+class RandomPolicy(RoutingPolicy):
+    """Each tuple to a uniformly drawn eligible destination."""
+
+    name = "random"
+
+    def choose(self, entry: RouteEntry, n: int, has_room: HasRoom) -> Choice:
+        dests = entry.destinations
+        if len(dests) == 1:
+            return dests[0]
+        if n == 1:
+            return dests[int(self.rng.integers(len(dests)))]
+        return np.asarray(dests)[self.rng.integers(len(dests), size=n)]
+
+
+class NaivePolicy(RoutingPolicy):
+    """Back-pressure: a uniformly drawn destination among those whose queue has room."""
+
+    name = "naive"
+
+    def choose(self, entry: RouteEntry, n: int, has_room: HasRoom) -> Choice:
+        ready = [d for d in entry.destinations if has_room(d)]
+        if not ready:
+            return None
+        return ready[int(self.rng.integers(len(ready)))] if len(ready) > 1 else ready[0]
+
+
+class LotteryPolicy(RoutingPolicy):
+    """Lottery scheduling with back-pressure; tickets as in eddies-2000 §4.2."""
+
+    name = "lottery"
+
+    def __init__(self, destinations, rng) -> None:
+        super().__init__(destinations, rng)
+        self.tickets = np.zeros(len(destinations), dtype=np.float64)
+
+    def weights(self, dests: list[int]) -> np.ndarray:
+        return np.maximum(self.tickets[dests], 1.0)
+
+    def choose(self, entry: RouteEntry, n: int, has_room: HasRoom) -> Choice:
+        ready = [d for d in entry.destinations if has_room(d)]
+        if len(ready) <= 1:
+            return ready[0] if ready else None
+        w = self.weights(ready)
+        return ready[int(np.searchsorted(np.cumsum(w), self.rng.random() * w.sum(), "right"))]
+
+    def on_routed(self, destination: int, tuples: int) -> None:
+        self.tickets[destination] += tuples
+
+    def on_returned(self, destination: int, tuples: int) -> None:
+        self.tickets[destination] -= tuples
+
+
+class WindowedLotteryPolicy(LotteryPolicy):
+    """Lottery over banked tickets; escrow tickets become banked every ``window`` seconds."""
+
+    name = "lottery-window"
+
+    def __init__(self, destinations, rng, window: float = 0.25,
+                 clock: Callable[[], float] = time.perf_counter) -> None:
+        super().__init__(destinations, rng)
+        if not window > 0:
+            raise EddiesError(f"lottery-window needs a window > 0 seconds, got {window}")
+        self.window = window
+        self._clock = clock
+        self._window_end = clock() + window
+        self.escrow = np.zeros(len(destinations), dtype=np.float64)
+
+    def _roll(self) -> None:
+        now = self._clock()
+        if now >= self._window_end:
+            self.tickets = self.escrow
+            self.escrow = np.zeros_like(self.escrow)
+            self._window_end = now + self.window
+
+    def choose(self, entry: RouteEntry, n: int, has_room: HasRoom) -> Choice:
+        self._roll()
+        return super().choose(entry, n, has_room)
+
+    def on_routed(self, destination: int, tuples: int) -> None:
+        self.escrow[destination] += tuples
+
+    def on_returned(self, destination: int, tuples: int) -> None:
+        self.escrow[destination] -= tuples
+
+
+def make_policy(
+    name: str,
+    destinations: Sequence[Destination],
+    *,
+    seed: int | None = None,
+    order: Sequence[str] | None = None,
+    window: float | None = None,
+) -> RoutingPolicy:
+    """Build a policy by name (one of :data:`POLICIES`); EddiesError for a bad name/option."""
+    rng = np.random.default_rng(seed)
+    if order is not None and name != "static":
+        raise EddiesError(f"'order' applies to policy='static' only, not {name!r}")
+    if window is not None and name != "lottery-window":
+        raise EddiesError(f"'window' applies to policy='lottery-window' only, not {name!r}")
+    if name == "static":
+        return StaticPolicy(destinations, rng, order)
+    if name == "random":
+        return RandomPolicy(destinations, rng)
+    if name == "naive":
+        return NaivePolicy(destinations, rng)
+    if name == "lottery":
+        return LotteryPolicy(destinations, rng)
+    if name == "lottery-window":
+        return WindowedLotteryPolicy(destinations, rng, window if window is not None else 0.25)
+    raise EddiesError(f"unknown routing policy {name!r}; choose one of {', '.join(POLICIES)}")

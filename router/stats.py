@@ -1,0 +1,128 @@
+"""Statistics of one run: per-module counters and the eddy's routing choices over time.
+
+The counters are what the policies learn from (eddies-2000 §4: tuples in, tuples out, time
+busy); the routing log is what the papers plot (eddies-2000 Fig. 6 and Fig. 11: the share
+of tuples routed to each module as the run goes). The log is kept in compact arrays, one
+entry per routing decision (a batch or a sub-batch), so per-tuple runs stay cheap.
+"""
+
+from __future__ import annotations
+
+import array
+from dataclasses import dataclass, field
+
+import pyarrow as pa
+
+from eddies.router.query_graph import QueryGraph
+from eddies.router.routing_table import Destination
+
+
+@dataclass
+class ModuleStats:
+    """Counters of one destination (or scan AM). busy_seconds: wall time spent in process."""
+
+    name: str
+    kind: str
+    tuples_in: int = 0
+    tuples_out: int = 0
+    batches_in: int = 0
+    busy_seconds: float = 0.0
+
+
+@dataclass(frozen=True)
+class RoutingEvent:
+    """One routing decision: ``tuples`` tuples of one signature sent to ``destination``."""
+
+    time_s: float
+    span: tuple[str, ...]
+    done: tuple[str, ...]
+    destination: str
+    tuples: int
+
+
+@dataclass
+class RunStats:
+    """What one query run did; filled in by the eddy while it runs."""
+
+    graph: QueryGraph
+    destinations: list[Destination]
+    modules: dict[str, ModuleStats] = field(default_factory=dict)
+    elapsed_seconds: float = 0.0
+    rows_out: int = 0
+    _time: array.array = field(default_factory=lambda: array.array("d"))
+    _span: array.array = field(default_factory=lambda: array.array("q"))
+    _done: array.array = field(default_factory=lambda: array.array("q"))
+    _dest: array.array = field(default_factory=lambda: array.array("q"))
+    _tuples: array.array = field(default_factory=lambda: array.array("q"))
+
+    def __post_init__(self) -> None:
+        for d in self.destinations:
+            self.modules[d.name] = ModuleStats(d.name, d.kind)
+
+    def module(self, name: str, kind: str) -> ModuleStats:
+        found = self.modules.get(name)
+        if found is None:
+            found = self.modules[name] = ModuleStats(name, kind)
+        return found
+
+    def record_route(self, t: float, span: int, done: int, destination: int, tuples: int) -> None:
+        self._time.append(t)
+        self._span.append(span)
+        self._done.append(done)
+        self._dest.append(destination)
+        self._tuples.append(tuples)
+
+    @property
+    def routing(self) -> list[RoutingEvent]:
+        """All routing decisions, in order."""
+        g = self.graph
+        names = [d.name for d in self.destinations]
+        return [
+            RoutingEvent(t, g.alias_names(s), g.predicate_names(d), names[dest], n)
+            for t, s, d, dest, n in zip(
+                self._time, self._span, self._done, self._dest, self._tuples, strict=True
+            )
+        ]
+
+    def routing_table(self) -> pa.Table:
+        """The routing log as a table: time_s, span, done, destination, tuples."""
+        g = self.graph
+        names = [d.name for d in self.destinations]
+        return pa.table({
+            "time_s": pa.array(self._time, pa.float64()),
+            "span": [",".join(g.alias_names(s)) for s in self._span],
+            "done": [",".join(g.predicate_names(d)) for d in self._done],
+            "destination": [names[d] for d in self._dest],
+            "tuples": pa.array(self._tuples, pa.int64()),
+        })
+
+    def routing_summary(self) -> dict[tuple[str, str], dict[str, int]]:
+        """Tuples sent to each destination, per signature ``(span, done)``."""
+        summary: dict[tuple[str, str], dict[str, int]] = {}
+        g = self.graph
+        names = [d.name for d in self.destinations]
+        for s, d, dest, n in zip(self._span, self._done, self._dest, self._tuples, strict=True):
+            key = (",".join(g.alias_names(s)), ",".join(g.predicate_names(d)) or "-")
+            per_dest = summary.setdefault(key, {})
+            per_dest[names[dest]] = per_dest.get(names[dest], 0) + n
+        return summary
+
+    def format(self) -> str:
+        """A plain-text report: module counters, then routing choices per signature."""
+        lines = [f"elapsed {self.elapsed_seconds * 1000:.1f} ms, {self.rows_out} rows out", ""]
+        header = f"{'module':<24}{'kind':<8}{'in':>12}{'out':>12}{'batches':>10}{'busy ms':>10}"
+        lines += [header, "-" * len(header)]
+        for m in self.modules.values():
+            lines.append(
+                f"{m.name:<24}{m.kind:<8}{m.tuples_in:>12}{m.tuples_out:>12}"
+                f"{m.batches_in:>10}{m.busy_seconds * 1000:>10.1f}"
+            )
+        lines += ["", "routing choices per signature (span | done -> destination: tuples)"]
+        for (span, done), per_dest in sorted(self.routing_summary().items()):
+            total = sum(per_dest.values())
+            choices = ", ".join(
+                f"{name}: {n} ({100 * n / total:.0f}%)"
+                for name, n in sorted(per_dest.items(), key=lambda kv: -kv[1])
+            )
+            lines.append(f"  {span} | {done} -> {choices}")
+        return "\n".join(lines)

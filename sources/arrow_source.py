@@ -1,0 +1,116 @@
+"""Table sources: what ``Catalog.add_table`` accepts, normalized for scan AMs.
+
+Accepted data: a pyarrow Table, a pyarrow RecordBatchReader (read once, as a stream), a
+pandas DataFrame, or a path to a Parquet or CSV file (read in batches at query time, in a
+worker thread). Anything else, or a file that cannot be read, raises DataSourceError
+naming the table. ``rate`` (rows/second) and ``delay`` (seconds before the first batch)
+shape delivery for experiments on slow or bursty sources (eddies-2000 §5).
+"""
+
+from __future__ import annotations
+
+import os
+import pathlib
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.csv as pacsv
+import pyarrow.parquet as pq
+
+from eddies.engine.errors import DataSourceError
+from eddies.sources.table_store import TableStore
+
+
+@dataclass
+class TableSource:
+    """One catalog table: its schema and how to read its rows.
+
+    table: all rows, for in-memory data; otherwise ``open_batches`` yields RecordBatches.
+    """
+
+    name: str
+    schema: pa.Schema
+    table: pa.Table | None = None
+    path: pathlib.Path | None = None
+    reader: pa.RecordBatchReader | None = None
+    batch_size: int | None = None
+    rate: float | None = None
+    delay: float = 0.0
+
+    def new_store(self) -> TableStore:
+        if self.table is not None:
+            return TableStore.preloaded(self.name, self.table)
+        return TableStore(self.name, self.schema)
+
+    def open_batches(self, batch_size: int) -> Iterator[pa.RecordBatch]:
+        """Batches of at most ``batch_size`` rows (blocking I/O: call from a thread)."""
+        if self.reader is not None:
+            reader, self.reader = self.reader, None
+            if reader is None:
+                raise DataSourceError(f"table {self.name!r}: its RecordBatchReader was used up")
+            batches: Iterator[pa.RecordBatch] = iter(reader)
+        elif self.path is not None and _is_parquet(self.path):
+            batches = pq.ParquetFile(self.path).iter_batches(batch_size=batch_size)
+        elif self.path is not None:
+            batches = iter(pacsv.open_csv(self.path))
+        else:
+            raise DataSourceError(f"table {self.name!r}: a RecordBatchReader can be scanned once")
+        for batch in batches:
+            for start in range(0, batch.num_rows, batch_size):
+                yield batch.slice(start, batch_size)
+
+
+def _is_parquet(path: pathlib.Path) -> bool:
+    return path.suffix.lower() in (".parquet", ".pq")
+
+
+def make_source(name: str, data: Any, *, batch_size: int | None = None,
+                rate: float | None = None, delay: float = 0.0) -> TableSource:
+    """Normalize ``data`` into a :class:`TableSource`; DataSourceError if it cannot be used."""
+    if rate is not None and not rate > 0:
+        raise DataSourceError(f"table {name!r}: rate must be > 0 rows/second, got {rate}")
+    if delay < 0:
+        raise DataSourceError(f"table {name!r}: delay must be >= 0 seconds, got {delay}")
+    if batch_size is not None and batch_size < 1:
+        raise DataSourceError(f"table {name!r}: batch_size must be >= 1, got {batch_size}")
+    options = {"batch_size": batch_size, "rate": rate, "delay": delay}
+    if isinstance(data, pa.RecordBatch):
+        data = pa.Table.from_batches([data])
+    if isinstance(data, pa.Table):
+        return TableSource(name, data.schema, table=data.combine_chunks(), **options)
+    if isinstance(data, pa.RecordBatchReader):
+        return TableSource(name, data.schema, reader=data, **options)
+    if _is_pandas(data):
+        try:
+            table = pa.Table.from_pandas(data, preserve_index=False)
+        except (pa.ArrowInvalid, pa.ArrowTypeError) as exc:
+            raise DataSourceError(f"table {name!r}: cannot convert the DataFrame: {exc}") from exc
+        return TableSource(name, table.schema, table=table, **options)
+    if isinstance(data, str | os.PathLike):
+        path = pathlib.Path(data)
+        if not path.is_file():
+            raise DataSourceError(f"table {name!r}: no such file {str(path)!r}")
+        try:
+            if _is_parquet(path):
+                schema = pq.read_schema(path)
+            elif path.suffix.lower() in (".csv", ".tsv", ".txt"):
+                with pacsv.open_csv(path) as reader:
+                    schema = reader.schema
+            else:
+                raise DataSourceError(
+                    f"table {name!r}: cannot tell the format of {str(path)!r}; "
+                    "use a .parquet or .csv file"
+                )
+        except (pa.ArrowInvalid, OSError) as exc:
+            raise DataSourceError(f"table {name!r}: cannot read {str(path)!r}: {exc}") from exc
+        return TableSource(name, schema, path=path, **options)
+    raise DataSourceError(
+        f"table {name!r}: unsupported data of type {type(data).__name__}; pass a pyarrow "
+        "Table or RecordBatchReader, a pandas DataFrame, or a Parquet/CSV path"
+    )
+
+
+def _is_pandas(data: Any) -> bool:
+    return type(data).__module__.startswith("pandas") and hasattr(data, "columns")
