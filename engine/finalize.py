@@ -106,7 +106,7 @@ class Finalizer:
         """Group, aggregate, filter by HAVING; columns c0.. = select, then order keys."""
         spec = self.spec
         assert spec.group is not None
-        n_groups, n_aggs = len(spec.group), len(spec.aggregates)
+        n_groups = len(spec.group)
         if self._collected:
             pre = pa.Table.from_batches(self._collected)
         else:  # no input rows: still one row for a global aggregate (COUNT(*) = 0)
@@ -117,9 +117,9 @@ class Finalizer:
             grouped = pre.group_by([f"__g{i}" for i in range(n_groups)], use_threads=False)
             agg = grouped.aggregate([(f"__a{j}", a.function)
                                      for j, a in enumerate(spec.aggregates)])
-            agg = agg.rename_columns(
-                [f"__a{j}" for j in range(n_aggs)] + [f"__g{i}" for i in range(n_groups)]
-            )
+            output_names = {f"__a{j}_{a.function}": f"__a{j}"
+                            for j, a in enumerate(spec.aggregates)}
+            agg = agg.rename_columns([output_names.get(c, c) for c in agg.column_names])
         else:
             agg = pa.table({f"__a{j}": [_scalar_aggregate(pre.column(f"__a{j}"), a.function)]
                             for j, a in enumerate(spec.aggregates)})

@@ -12,6 +12,7 @@ each column's code, so a hash collision cannot produce a wrong match.
 from __future__ import annotations
 
 import numpy as np
+import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -60,17 +61,22 @@ def _same_dict_family(a: pa.DataType, b: pa.DataType) -> bool:
 
 
 class KeyDictionary:
-    """Dense int codes for values of a non-numeric join column (strings, ...).
+    """Dense int codes for values of a join column that are not dense themselves.
 
     The build side calls :meth:`encode` with ``grow=True`` and new values get the next
     codes; the probe side uses ``grow=False`` and values never built get code -1 (they can
-    match nothing). Cost per call: one hash of the distinct values seen so far.
+    match nothing). Integer keys (e.g. the mixed keys of multi-column joins) use a pandas
+    Index, whose hash table persists between lookups; other types use pyarrow's
+    ``index_in``, which hashes the known values on each call.
     """
 
     def __init__(self) -> None:
         self._values: pa.Array | None = None
+        self._int_index: pd.Index | None = None
 
     def encode(self, values: pa.Array, grow: bool) -> np.ndarray:
+        if pa.types.is_int64(values.type) and values.null_count == 0:
+            return self._encode_ints(values.to_numpy(), grow)
         if pa.types.is_large_string(values.type):
             values = values.cast(pa.string())
         if grow:
@@ -85,7 +91,21 @@ class KeyDictionary:
         if self._values is None or len(self._values) == 0:
             return np.full(len(values), -1, dtype=np.int64)
         codes = pc.index_in(values, value_set=self._values)
-        return codes.fill_null(-1).to_numpy(zero_copy_only=False).astype(np.int64, copy=False)
+        return _filled(codes, -1).astype(np.int64, copy=False)
+
+    def _encode_ints(self, values: np.ndarray, grow: bool) -> np.ndarray:
+        index = self._int_index
+        if grow:
+            if index is None:
+                index = pd.Index(pd.unique(values))
+            else:
+                unseen = values[index.get_indexer(values) < 0]
+                if len(unseen):
+                    index = index.append(pd.Index(pd.unique(unseen)))
+            self._int_index = index
+        if index is None:
+            return np.full(len(values), -1, dtype=np.int64)
+        return index.get_indexer(values).astype(np.int64, copy=False)
 
 
 def validity(values: pa.Array) -> np.ndarray | None:
@@ -104,16 +124,23 @@ def encode_column(
     if kind == KIND_INT:
         if pa.types.is_date(values.type):
             values = values.cast(pa.date32()).cast(pa.int32())
-        return values.cast(pa.int64()).fill_null(0).to_numpy()
+        return _filled(values.cast(pa.int64()), 0)
     if kind == KIND_TIMESTAMP:
         values = values.cast(pa.timestamp("us", tz=values.type.tz)).cast(pa.int64())
-        return values.fill_null(0).to_numpy()
+        return _filled(values, 0)
     if kind == KIND_FLOAT:
-        as_float = values.cast(pa.float64()).fill_null(0.0).to_numpy().copy()
+        as_float = _filled(values.cast(pa.float64()), 0.0).copy()
         as_float[as_float == 0.0] = 0.0  # -0.0 == 0.0 in SQL
         return as_float.view(np.int64)
     assert dictionary is not None
     return dictionary.encode(values, grow)
+
+
+def _filled(values: pa.Array, fill) -> np.ndarray:
+    """NumPy values with nulls replaced (their rows are masked out by the caller)."""
+    if values.null_count:
+        values = values.fill_null(fill)
+    return values.to_numpy(zero_copy_only=False)
 
 
 def mix_codes(columns: list[np.ndarray]) -> np.ndarray:

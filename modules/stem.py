@@ -4,7 +4,8 @@ stems-2003 §2.1.4: a SteM is half of a join — it stores one table's singleton
 answers probes with the concatenated matches. A table used under several aliases (a
 self-join) has one SteM that serves every alias. Here a SteM keeps, per stored tuple, its
 row id, its build TimeStamp and the Done bits it carried when built, plus one
-:class:`~eddies.modules.stem_index.SortedRunIndex` per join column list.
+:class:`~eddies.modules.stem_index.SortedRunIndex` per join column list, brought up to date
+lazily when a probe needs it (a build only appends).
 
 Routing constraints enforced inside the SteM (stems-2003 Table 2):
 
@@ -24,6 +25,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import numpy as np
+import pyarrow as pa
 
 from eddies.modules.base import Module, Work, run_vectorized
 from eddies.modules.key_encoding import KIND_DICT, KeyDictionary, encode_column, mix_codes, validity
@@ -58,11 +60,16 @@ class ColumnIndex:
     dictionaries: list[KeyDictionary | None] = field(default_factory=list)
     index: SortedRunIndex = field(default_factory=SortedRunIndex)
     column_codes: list[GrowableArray] = field(default_factory=list)
+    indexed: int = 0  # stored positions [0, indexed) are in the index
+
+    combined: KeyDictionary | None = None
 
     def __post_init__(self) -> None:
         self.dictionaries = [KeyDictionary() if k == KIND_DICT else None for k in self.kinds]
         if len(self.columns) > 1:  # codes kept per column to verify multi-column matches
             self.column_codes = [GrowableArray(np.int64) for _ in self.columns]
+            # Mixed 64-bit keys are sparse; dense codes for them allow CSR lookups.
+            self.combined = KeyDictionary()
 
     def encode(self, store: TableStore, columns: tuple[str, ...], row_ids: np.ndarray,
                grow: bool) -> tuple[np.ndarray, list[np.ndarray], np.ndarray | None]:
@@ -75,7 +82,10 @@ class ColumnIndex:
             if mask is not None:
                 valid = mask if valid is None else valid & mask
             codes.append(encode_column(values, kind, dictionary, grow))
-        return mix_codes(codes), codes, valid
+        keys = mix_codes(codes)
+        if self.combined is not None:
+            keys = self.combined.encode(pa.array(keys), grow)
+        return keys, codes, valid
 
 
 class SteM(Module):
@@ -126,24 +136,35 @@ class SteM(Module):
     def build(self, batch: TupleBatch, raw_ts: np.ndarray) -> list[TupleBatch]:
         """Insert singletons; bounce each back once per alias, with its TimeStamp key."""
         (row_ids,) = batch.rows.values()
-        start = len(self._rows)
-        positions = np.arange(start, start + len(row_ids), dtype=np.int64)
         self._rows.extend(row_ids)
         self._ts.extend(raw_ts)
         done = batch.signature.done if self.single_alias else 0
         self._done.extend(np.full(len(row_ids), done, dtype=np.uint64))
-        for cols, index in self.indexes.items():
-            keys, codes, valid = index.encode(self.store, cols, row_ids, grow=True)
-            for store_codes, col_codes in zip(index.column_codes, codes, strict=False):
-                store_codes.extend(col_codes)
-            if valid is None:
-                index.index.insert(keys, positions)
-            else:  # NULL never joins: not indexed at all
-                index.index.insert(keys[valid], positions[valid])
         return [
             TupleBatch(Signature(1 << a, done, True), {a: row_ids}, raw_ts * self.n_aliases + a)
             for a in self.aliases
         ]
+
+    def _catch_up(self, index: ColumnIndex) -> ColumnIndex:
+        """Index the tuples built since this index was last probed.
+
+        Indexes are built lazily: a SteM that is rarely probed (often the largest table's,
+        whose tuples arrive after the small tables' probes have passed) never pays for them.
+        """
+        stored = len(self._rows)
+        if index.indexed == stored:
+            return index
+        positions = np.arange(index.indexed, stored, dtype=np.int64)
+        row_ids = self._rows.view()[index.indexed:]
+        keys, codes, valid = index.encode(self.store, index.columns, row_ids, grow=True)
+        for store_codes, col_codes in zip(index.column_codes, codes, strict=False):
+            store_codes.extend(col_codes)
+        if valid is None:
+            index.index.insert(keys, positions)
+        else:  # NULL never joins: not indexed at all
+            index.index.insert(keys[valid], positions[valid])
+        index.indexed = stored
+        return index
 
     def _matches(self, batch: TupleBatch, target: int, predicate: Predicate | None):
         """Candidate (probe index, stored position) pairs before the TimeStamp rule."""
@@ -158,7 +179,7 @@ class SteM(Module):
         edge = predicate.edge
         assert edge is not None
         probe_alias = edge.other(target)
-        index = self.indexes[edge.side(target)]
+        index = self._catch_up(self.indexes[edge.side(target)])
         keys, codes, valid = index.encode(
             self.stores[probe_alias], edge.side(probe_alias), batch.rows[probe_alias], grow=False
         )

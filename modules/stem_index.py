@@ -4,7 +4,9 @@ A SteM keeps one such index per join column list (stems-2003 §2.1.4: "one main-
 index ... on each column involved in a join predicate"). Builds arrive in batches, so the
 index is a stack of sorted runs merged like a binary counter (a run is merged into the one
 below while it is at least half that one's size): inserts cost O(n log n) amortized, a
-probe costs one ``searchsorted`` pair per run (O(log n) runs). Everything is vectorized.
+probe costs one lookup per run (O(log n) runs). A run whose keys are dense (dictionary
+codes of strings, surrogate ids) also gets CSR offsets by key, so its lookup is two gathers
+instead of a binary search; other runs use ``searchsorted``. Everything is vectorized.
 """
 
 from __future__ import annotations
@@ -20,30 +22,30 @@ class SortedRunIndex:
     """
 
     def __init__(self) -> None:
-        self._runs: list[tuple[np.ndarray, np.ndarray]] = []
+        self._runs: list[_Run] = []
 
     def __len__(self) -> int:
-        return sum(len(keys) for keys, _ in self._runs)
+        return sum(len(run.keys) for run in self._runs)
 
     def insert(self, keys: np.ndarray, positions: np.ndarray) -> None:
         if len(keys) == 0:
             return
         order = np.argsort(keys, kind="stable")
-        self._runs.append((keys[order], positions[order]))
-        while len(self._runs) >= 2 and 2 * len(self._runs[-1][0]) >= len(self._runs[-2][0]):
-            upper_keys, upper_pos = self._runs.pop()
-            lower_keys, lower_pos = self._runs.pop()
-            keys_all = np.concatenate([lower_keys, upper_keys])
-            pos_all = np.concatenate([lower_pos, upper_pos])
+        self._runs.append(_Run(keys[order], positions[order]))
+        while len(self._runs) >= 2 and 2 * len(self._runs[-1].keys) >= len(self._runs[-2].keys):
+            upper = self._runs.pop()
+            lower = self._runs.pop()
+            keys_all = np.concatenate([lower.keys, upper.keys])
+            pos_all = np.concatenate([lower.positions, upper.positions])
             order = np.argsort(keys_all, kind="stable")  # timsort: two runs merge in O(n)
-            self._runs.append((keys_all[order], pos_all[order]))
+            self._runs.append(_Run(keys_all[order], pos_all[order]))
 
     def probe(self, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         probe_parts: list[np.ndarray] = []
         pos_parts: list[np.ndarray] = []
-        for run_keys, run_pos in self._runs:
-            lo = np.searchsorted(run_keys, keys, side="left")
-            hi = np.searchsorted(run_keys, keys, side="right")
+        for run in self._runs:
+            run_pos = run.positions
+            lo, hi = run.bounds(keys)
             counts = hi - lo
             total = int(counts.sum())
             if total == 0:
@@ -62,6 +64,34 @@ class SortedRunIndex:
         if len(probe_parts) == 1:
             return probe_parts[0].astype(np.int64, copy=False), pos_parts[0]
         return np.concatenate(probe_parts).astype(np.int64, copy=False), np.concatenate(pos_parts)
+
+
+class _Run:
+    """One sorted run; with CSR offsets by key when its key range is small (dense)."""
+
+    __slots__ = ("keys", "low", "offsets", "positions")
+
+    def __init__(self, keys: np.ndarray, positions: np.ndarray) -> None:
+        self.keys = keys
+        self.positions = positions
+        self.offsets: np.ndarray | None = None
+        self.low = int(keys[0])
+        span = int(keys[-1]) - self.low + 1
+        if 0 < span <= 4 * len(keys) + 1024:
+            # offsets[k - low] .. offsets[k - low + 1]: where key k's entries are.
+            self.offsets = np.searchsorted(keys, np.arange(self.low, self.low + span + 1))
+
+    def bounds(self, probe: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Per probe key, [lo, hi) of its entries in this run."""
+        if self.offsets is None:
+            return (np.searchsorted(self.keys, probe, side="left"),
+                    np.searchsorted(self.keys, probe, side="right"))
+        slot = probe - self.low
+        inside = (slot >= 0) & (slot < len(self.offsets) - 1)
+        slot = np.where(inside, slot, 0)
+        lo = self.offsets[slot]
+        hi = np.where(inside, self.offsets[slot + 1], lo)
+        return lo, hi
 
 
 class GrowableArray:

@@ -74,7 +74,9 @@ class Eddy:
         self._module_stats = [stats.modules[n] for n in self._names]
         self._priority: deque[TupleBatch] = deque()
         self._fresh: deque[TupleBatch] = deque()
-        self._waiting: deque[TupleBatch] = deque()
+        # (batch, destination): a destination the policy chose whose queue was full, or
+        # None when no eligible queue had room and the batch must be routed afresh.
+        self._waiting: deque[tuple[TupleBatch, int | None]] = deque()
         self._retry = False
         self._in_flight = 0
         self._started = time.perf_counter()
@@ -92,8 +94,11 @@ class Eddy:
                 if self._retry and self._waiting:
                     self._retry = False
                     waiting, self._waiting = self._waiting, deque()
-                    for batch in waiting:
-                        self._route(batch)
+                    for batch, destination in waiting:
+                        if destination is None:
+                            self._route(batch)
+                        else:
+                            self._send(destination, batch, self._entry(batch))
                 if self._priority:
                     self._route(self._priority.popleft())
                 elif self._fresh and not self._waiting:
@@ -145,14 +150,17 @@ class Eddy:
             self.sources_open -= 1
             log.debug("source exhausted", source=message.source, open=self.sources_open)
 
+    def _entry(self, batch: TupleBatch):
+        return self.routing_table.entry(batch.signature)
+
     def _route(self, batch: TupleBatch) -> None:
-        entry = self.routing_table.entry(batch.signature)
+        entry = self._entry(batch)
         if len(entry.destinations) == 1:
             choice = entry.destinations[0]
         else:
             choice = self.policy.choose(entry, len(batch), self.has_room)
         if choice is None:
-            self._waiting.append(batch)
+            self._waiting.append((batch, None))
         elif isinstance(choice, np.ndarray):
             for destination, part in batch.split_by(choice).items():
                 self._send(destination, part, entry)
@@ -161,7 +169,7 @@ class Eddy:
 
     def _send(self, destination: int, batch: TupleBatch, entry) -> None:
         if not self.has_room(destination):
-            self._waiting.append(batch)
+            self._waiting.append((batch, destination))  # keep the decision: no re-split
             return
         if self.checker is not None:
             self.checker.check_route(batch, destination)

