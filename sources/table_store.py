@@ -51,10 +51,15 @@ class TableStore:
         return np.arange(start, start + batch.num_rows, dtype=np.int64)
 
     def column(self, name: str) -> pa.Array:
-        """All values of one column as a single Array (cached until the next append)."""
+        """All values of one column as a single Array (cached until the next append).
+
+        Safe to call from a worker thread while the trio thread appends: the cached column
+        is used only if it is as long as the table snapshot taken here.
+        """
+        table = self._table
         col = self._columns.get(name)
-        if col is None:
-            chunked = self._table.column(name)
+        if col is None or len(col) != table.num_rows:
+            chunked = table.column(name)
             col = chunked.chunk(0) if chunked.num_chunks == 1 else chunked.combine_chunks()
             self._columns[name] = col
         return col
