@@ -38,8 +38,13 @@ class QueryRun:
 class QueryResults:
     """Async iterator over result RecordBatches; ``stats`` is complete when it ends."""
 
-    def __init__(self, plan: Plan, receive: trio.MemoryReceiveChannel, stats: RunStats,
-                 stop: trio.CancelScope) -> None:
+    def __init__(
+        self,
+        plan: Plan,
+        receive: trio.MemoryReceiveChannel,
+        stats: RunStats,
+        stop: trio.CancelScope,
+    ) -> None:
         self.plan = plan
         self.schema = plan.finalize.schema
         self.stats = stats
@@ -66,11 +71,18 @@ class QueryResults:
             yield out
 
 
-def _options(policy: str, batch_size: int | None, seed: int | None, debug: bool,
-             order: Sequence[str] | None, window: float | None,
-             queue_capacity: int | None) -> RunOptions:
-    return RunOptions(policy, batch_size, seed, debug, tuple(order) if order else None,
-                      window, queue_capacity)
+def _options(
+    policy: str,
+    batch_size: int | None,
+    seed: int | None,
+    debug: bool,
+    order: Sequence[str] | None,
+    window: float | None,
+    queue_capacity: int | None,
+) -> RunOptions:
+    return RunOptions(
+        policy, batch_size, seed, debug, tuple(order) if order else None, window, queue_capacity
+    )
 
 
 def _unwrap(group: BaseExceptionGroup) -> BaseException:
@@ -90,9 +102,16 @@ def _unwrap(group: BaseExceptionGroup) -> BaseException:
 
 @asynccontextmanager
 async def open_query(
-    sql: str, catalog: Catalog, *, policy: str = "lottery", batch_size: int | None = None,
-    seed: int | None = None, debug: bool = False, order: Sequence[str] | None = None,
-    window: float | None = None, queue_capacity: int | None = None,
+    sql: str,
+    catalog: Catalog,
+    *,
+    policy: str = "lottery",
+    batch_size: int | None = None,
+    seed: int | None = None,
+    debug: bool = False,
+    order: Sequence[str] | None = None,
+    window: float | None = None,
+    queue_capacity: int | None = None,
 ) -> AsyncIterator[QueryResults]:
     """Start ``sql`` under trio; yields a :class:`QueryResults` to iterate with ``async for``.
 
@@ -104,8 +123,12 @@ async def open_query(
     options = _options(policy, batch_size, seed, debug, order, window, queue_capacity)
     stats = RunStats(plan.graph, plan.destinations)
     send, receive = trio.open_memory_channel(RESULT_BUFFER)
-    log.info("query started", policy=policy, aliases=[a.name for a in plan.graph.aliases],
-             predicates=len(plan.graph.predicates))
+    log.info(
+        "query started",
+        policy=policy,
+        aliases=[a.name for a in plan.graph.aliases],
+        predicates=len(plan.graph.predicates),
+    )
     try:
         async with trio.open_nursery() as nursery:
             results = QueryResults(plan, receive, stats, nursery.cancel_scope)
@@ -128,9 +151,16 @@ async def _collect(sql: str, catalog: Catalog, options: dict) -> QueryRun:
 
 
 def run_query(
-    sql: str, catalog: Catalog, *, policy: str = "lottery", batch_size: int | None = None,
-    seed: int | None = None, debug: bool = False, order: Sequence[str] | None = None,
-    window: float | None = None, queue_capacity: int | None = None,
+    sql: str,
+    catalog: Catalog,
+    *,
+    policy: str = "lottery",
+    batch_size: int | None = None,
+    seed: int | None = None,
+    debug: bool = False,
+    order: Sequence[str] | None = None,
+    window: float | None = None,
+    queue_capacity: int | None = None,
 ) -> QueryRun:
     """Run ``sql`` to completion; the result table and the run's :class:`RunStats`.
 
@@ -141,21 +171,43 @@ def run_query(
     debug: check the routing constraints on every step; queue_capacity: batches per module
     input queue. Raises a subclass of EddiesError for bad input.
     """
-    options = dict(policy=policy, batch_size=batch_size, seed=seed, debug=debug,
-                   order=order, window=window, queue_capacity=queue_capacity)
+    options = dict(
+        policy=policy,
+        batch_size=batch_size,
+        seed=seed,
+        debug=debug,
+        order=order,
+        window=window,
+        queue_capacity=queue_capacity,
+    )
     return trio.run(_collect, sql, catalog, options)
 
 
 def execute(
-    sql: str, catalog: Catalog, *, policy: str = "lottery", batch_size: int | None = None,
-    seed: int | None = None, debug: bool = False, order: Sequence[str] | None = None,
-    window: float | None = None, queue_capacity: int | None = None,
+    sql: str,
+    catalog: Catalog,
+    *,
+    policy: str = "lottery",
+    batch_size: int | None = None,
+    seed: int | None = None,
+    debug: bool = False,
+    order: Sequence[str] | None = None,
+    window: float | None = None,
+    queue_capacity: int | None = None,
 ) -> pa.Table:
     """Run ``sql`` over ``catalog`` and return the result as a pyarrow Table.
 
     Synchronous (runs its own trio loop); inside trio use :func:`open_query`. Options as in
     :func:`run_query`.
     """
-    return run_query(sql, catalog, policy=policy, batch_size=batch_size, seed=seed,
-                     debug=debug, order=order, window=window,
-                     queue_capacity=queue_capacity).table
+    return run_query(
+        sql,
+        catalog,
+        policy=policy,
+        batch_size=batch_size,
+        seed=seed,
+        debug=debug,
+        order=order,
+        window=window,
+        queue_capacity=queue_capacity,
+    ).table

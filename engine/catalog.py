@@ -29,8 +29,15 @@ class Catalog:
         self._tables: dict[str, TableSource] = {}
         self._functions: dict[str, FunctionSpec] = {}
 
-    def add_table(self, name: str, data: Any, *, batch_size: int | None = None,
-                  rate: float | None = None, delay: float = 0.0) -> None:
+    def add_table(
+        self,
+        name: str,
+        data: Any,
+        *,
+        batch_size: int | None = None,
+        rate: float | None = None,
+        delay: float = 0.0,
+    ) -> None:
         """Register ``data`` as table ``name`` (case-insensitive).
 
         data: pyarrow Table or RecordBatchReader (scanned once), pandas DataFrame, or a
@@ -39,11 +46,16 @@ class Catalog:
         seconds before its first batch. Raises DataSourceError for unusable data.
         """
         key = _check_name(name, "table", DataSourceError)
-        self._tables[key] = make_source(key, data, batch_size=batch_size, rate=rate,
-                                        delay=delay)
+        self._tables[key] = make_source(key, data, batch_size=batch_size, rate=rate, delay=delay)
 
-    def add_function(self, name: str, fn: Callable[..., Any], *, vectorized: bool = True,
-                     return_type: pa.DataType | None = None) -> None:
+    def add_function(
+        self,
+        name: str,
+        fn: Callable[..., Any],
+        *,
+        vectorized: bool = True,
+        return_type: pa.DataType | None = None,
+    ) -> None:
         """Register a Python function callable from SQL, typically an expensive predicate.
 
         vectorized=True: ``fn(*pyarrow.Array) -> array-like`` of the batch's length;

@@ -123,18 +123,29 @@ def _sql_type(node: exp.DataType) -> pa.DataType:
     t = node.this
     T = exp.DataType.Type
     simple = {
-        T.TINYINT: pa.int8(), T.SMALLINT: pa.int16(), T.INT: pa.int32(),
-        T.BIGINT: pa.int64(), T.UTINYINT: pa.uint8(), T.USMALLINT: pa.uint16(),
-        T.UINT: pa.uint32(), T.UBIGINT: pa.uint64(), T.FLOAT: pa.float32(),
-        T.DOUBLE: pa.float64(), T.VARCHAR: pa.string(), T.TEXT: pa.string(),
-        T.CHAR: pa.string(), T.BOOLEAN: pa.bool_(), T.DATE: pa.date32(),
-        T.TIMESTAMP: pa.timestamp("us"), T.TIMESTAMPTZ: pa.timestamp("us", tz="UTC"),
+        T.TINYINT: pa.int8(),
+        T.SMALLINT: pa.int16(),
+        T.INT: pa.int32(),
+        T.BIGINT: pa.int64(),
+        T.UTINYINT: pa.uint8(),
+        T.USMALLINT: pa.uint16(),
+        T.UINT: pa.uint32(),
+        T.UBIGINT: pa.uint64(),
+        T.FLOAT: pa.float32(),
+        T.DOUBLE: pa.float64(),
+        T.VARCHAR: pa.string(),
+        T.TEXT: pa.string(),
+        T.CHAR: pa.string(),
+        T.BOOLEAN: pa.bool_(),
+        T.DATE: pa.date32(),
+        T.TIMESTAMP: pa.timestamp("us"),
+        T.TIMESTAMPTZ: pa.timestamp("us", tz="UTC"),
     }
     if t in simple:
         return simple[t]
     if t == T.DECIMAL:
         params = [int(p.this.this) for p in node.expressions] if node.expressions else [18, 3]
-        precision, scale = (params + [0])[:2]
+        precision, scale = [*params, 0][:2]
         return pa.decimal128(precision, scale)
     raise UnsupportedQueryError(f"type {node.sql()} is not supported")
 
@@ -222,12 +233,22 @@ _FUNCTIONS: dict[str, Callable[..., Any]] = {
     "ceil": pc.ceil,
     "sqrt": pc.sqrt,
     "ln": pc.ln,
-    "nullif": lambda a, b: pc.if_else(pc.fill_null(pc.equal(a, b), False), pa.scalar(None, a.type), a),
+    "nullif": lambda a, b: pc.if_else(
+        pc.fill_null(pc.equal(a, b), False), pa.scalar(None, a.type), a
+    ),
 }
 _SQLGLOT_FUNCTIONS: dict[type, str] = {
-    exp.Abs: "abs", exp.Lower: "lower", exp.Upper: "upper", exp.Length: "length",
-    exp.Coalesce: "coalesce", exp.Round: "round", exp.Floor: "floor", exp.Ceil: "ceil",
-    exp.Sqrt: "sqrt", exp.Ln: "ln", exp.Nullif: "nullif",
+    exp.Abs: "abs",
+    exp.Lower: "lower",
+    exp.Upper: "upper",
+    exp.Length: "length",
+    exp.Coalesce: "coalesce",
+    exp.Round: "round",
+    exp.Floor: "floor",
+    exp.Ceil: "ceil",
+    exp.Sqrt: "sqrt",
+    exp.Ln: "ln",
+    exp.Nullif: "nullif",
 }
 
 
@@ -342,8 +363,6 @@ def compile_expr(node: exp.Expression, scope: Scope) -> Expr:
     if isinstance(node, exp.Func):
         name = node.sql_name().lower() if hasattr(node, "sql_name") else type(node).__name__
         if name in scope.functions:
-            return UdfCall(
-                scope.functions[name], [sub(a) for a in node.iter_expressions()], sql
-            )
+            return UdfCall(scope.functions[name], [sub(a) for a in node.iter_expressions()], sql)
         raise UnsupportedQueryError(f"function {describe(node)} is not supported")
     raise UnsupportedQueryError(f"expression {describe(node)} is not supported")

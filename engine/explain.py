@@ -24,11 +24,14 @@ def _successors(plan: Plan, table: RoutingTable, sig: Signature) -> list[Signatu
     for dest_id, edge in zip(entry.destinations, entry.edges, strict=True):
         dest = plan.destinations[dest_id]
         if dest.kind == "build":
-            out += [Signature(1 << a, sig.done if len(graph.aliases_of(dest.table)) == 1 else 0,
-                              True) for a in graph.aliases_of(dest.table)]
+            out += [
+                Signature(1 << a, sig.done if len(graph.aliases_of(dest.table)) == 1 else 0, True)
+                for a in graph.aliases_of(dest.table)
+            ]
         elif dest.kind == "sm":
-            out.append(Signature(sig.span, sig.done | graph.predicates[dest.predicate].bit,
-                                 sig.built))
+            out.append(
+                Signature(sig.span, sig.done | graph.predicates[dest.predicate].bit, sig.built)
+            )
         elif dest.kind == "probe":
             bit = graph.predicates[edge].bit if edge is not None else 0
             out.append(Signature(sig.span | 1 << dest.target_alias, sig.done | bit, True))
@@ -54,8 +57,12 @@ def explain_plan(plan: Plan) -> str:
         lines.append(f"  {p.name}: {p.sql}  [{', '.join(graph.alias_names(p.alias_mask))}]{role}")
     if not graph.predicates:
         lines.append("  none")
-    lines += ["", "destinations (default static order): "
-              + ", ".join(d.name for d in plan.destinations), "", "routing table:"]
+    lines += [
+        "",
+        "destinations (default static order): " + ", ".join(d.name for d in plan.destinations),
+        "",
+        "routing table:",
+    ]
     table = RoutingTable(graph, plan.destinations)
     seen: set[Signature] = set()
     queue = deque(table.start_signatures())

@@ -20,7 +20,6 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 import trio
 
 from eddies.engine.errors import QueryTypeError, UdfError
@@ -132,8 +131,7 @@ class UdfCall(Expr):
             ) from exc
         if len(arr) != n:
             raise UdfError(
-                f"function {self.spec.name!r} in {self.sql} returned {len(arr)} values "
-                f"for {n} rows"
+                f"function {self.spec.name!r} in {self.sql} returned {len(arr)} values for {n} rows"
             )
         return arr
 
@@ -144,9 +142,11 @@ class UdfCall(Expr):
                 result = spec.fn(*args)
             else:
                 columns = [_as_pylist(a, n) for a in args]
-                result = [spec.fn(*row) for row in zip(*columns, strict=True)] if columns else [
-                    spec.fn() for _ in range(n)
-                ]
+                result = (
+                    [spec.fn(*row) for row in zip(*columns, strict=True)]
+                    if columns
+                    else [spec.fn() for _ in range(n)]
+                )
         except Exception as exc:  # the user's function failed: name it
             raise UdfError(f"function {spec.name!r} failed in {self.sql}: {exc!r}") from exc
         return self._to_array(result, n)

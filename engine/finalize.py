@@ -38,12 +38,15 @@ class Finalizer:
     def _env(self, batch: pa.RecordBatch) -> dict[Any, pa.Array]:
         return {key: batch.column(i) for i, key in enumerate(self.keys)}
 
-    async def _project(self, exprs, env, n: int, names: list[str],
-                       schema: pa.Schema | None = None) -> pa.RecordBatch:
+    async def _project(
+        self, exprs, env, n: int, names: list[str], schema: pa.Schema | None = None
+    ) -> pa.RecordBatch:
         columns = [await evaluate_async(e, env, n) for e in exprs]
         if schema is not None:
-            columns = [c if c.type == f.type else c.cast(f.type)
-                       for c, f in zip(columns, schema, strict=True)]
+            columns = [
+                c if c.type == f.type else c.cast(f.type)
+                for c, f in zip(columns, schema, strict=True)
+            ]
         return pa.RecordBatch.from_arrays(columns, names=names)
 
     async def push(self, batch: pa.RecordBatch) -> list[pa.RecordBatch]:
@@ -88,13 +91,20 @@ class Finalizer:
             table = _distinct(table)
         if spec.order:
             first_key = len(spec.select)
-            table = _sort(table, [(f"c{first_key + i}", desc, nulls_first)
-                                  for i, (_, desc, nulls_first) in enumerate(spec.order)])
+            table = _sort(
+                table,
+                [
+                    (f"c{first_key + i}", desc, nulls_first)
+                    for i, (_, desc, nulls_first) in enumerate(spec.order)
+                ],
+            )
         table = table.select([f"c{i}" for i in range(len(spec.select))])
         end = None if spec.limit is None else spec.offset + spec.limit
         table = table.slice(spec.offset, None if end is None else max(0, end - spec.offset))
-        columns = [c.combine_chunks() if c.type == f.type else c.combine_chunks().cast(f.type)
-                   for c, f in zip(table.columns, self.schema, strict=True)]
+        columns = [
+            c.combine_chunks() if c.type == f.type else c.combine_chunks().cast(f.type)
+            for c, f in zip(table.columns, self.schema, strict=True)
+        ]
         return [pa.RecordBatch.from_arrays(columns, schema=self.schema)]
 
     def _collected_table(self, width: int) -> pa.Table:
@@ -115,14 +125,20 @@ class Finalizer:
             agg = pa.table({name: pa.array([], pa.null()) for name in pre.column_names})
         elif n_groups:
             grouped = pre.group_by([f"__g{i}" for i in range(n_groups)], use_threads=False)
-            agg = grouped.aggregate([(f"__a{j}", a.function)
-                                     for j, a in enumerate(spec.aggregates)])
-            output_names = {f"__a{j}_{a.function}": f"__a{j}"
-                            for j, a in enumerate(spec.aggregates)}
+            agg = grouped.aggregate(
+                [(f"__a{j}", a.function) for j, a in enumerate(spec.aggregates)]
+            )
+            output_names = {
+                f"__a{j}_{a.function}": f"__a{j}" for j, a in enumerate(spec.aggregates)
+            }
             agg = agg.rename_columns([output_names.get(c, c) for c in agg.column_names])
         else:
-            agg = pa.table({f"__a{j}": [_scalar_aggregate(pre.column(f"__a{j}"), a.function)]
-                            for j, a in enumerate(spec.aggregates)})
+            agg = pa.table(
+                {
+                    f"__a{j}": [_scalar_aggregate(pre.column(f"__a{j}"), a.function)]
+                    for j, a in enumerate(spec.aggregates)
+                }
+            )
         env = {name: agg.column(name).combine_chunks() for name in agg.column_names}
         n = agg.num_rows
         if spec.having is not None:
@@ -176,4 +192,3 @@ def _sort(table: pa.Table, keys: list[tuple[str, bool, bool]]) -> pa.Table:
         sort_keys.append((name, "descending" if desc else "ascending"))
     order = pc.sort_indices(pa.table(columns), sort_keys=sort_keys)
     return table.take(order)
-

@@ -41,15 +41,15 @@ from eddies.sources.arrow_source import TableSource
 #: Most predicates a query may have: Done bits are kept in one 63-bit mask.
 MAX_PREDICATES = 62
 
-AGGREGATES = {exp.Count: "count", exp.Sum: "sum", exp.Avg: "mean", exp.Min: "min",
-              exp.Max: "max"}
+AGGREGATES = {exp.Count: "count", exp.Sum: "sum", exp.Avg: "mean", exp.Min: "min", exp.Max: "max"}
 
 
 class BaseScope:
     """Resolves column references against the FROM aliases to ``(alias, column)`` keys."""
 
-    def __init__(self, aliases: list[AliasInfo], schemas: list[pa.Schema],
-                 functions: dict[str, FunctionSpec]) -> None:
+    def __init__(
+        self, aliases: list[AliasInfo], schemas: list[pa.Schema], functions: dict[str, FunctionSpec]
+    ) -> None:
         self.aliases = aliases
         self.schemas = schemas
         self.functions = functions
@@ -95,8 +95,11 @@ class BaseScope:
             if alias is None:
                 raise UnknownColumnError(f"unknown table or alias {qualifier!r} in {qualifier}.*")
             aliases = [alias]
-        return [exp.column(f.name, table=a.name, quoted=True)
-                for a in aliases for f in self.schemas[a.index]]
+        return [
+            exp.column(f.name, table=a.name, quoted=True)
+            for a in aliases
+            for f in self.schemas[a.index]
+        ]
 
 
 class AggregateScope:
@@ -184,12 +187,15 @@ def plan_query(sql: str, catalog: Catalog) -> Plan:
     # Base columns the finalizer reads; post-aggregate keys are strings, not (alias, column).
     everything = finalize.select + [o[0] for o in finalize.order] + (finalize.group or [])
     everything += [a.arg for a in finalize.aggregates]
-    output_columns = sorted({k for e in everything for k in e.column_keys() if isinstance(k, tuple)})
+    output_columns = sorted(
+        {k for e in everything for k in e.column_keys() if isinstance(k, tuple)}
+    )
     return Plan(sql, graph, _destinations(graph), sources, index_kinds, output_columns, finalize)
 
 
-def _plan_predicates(block: QueryBlock, scope: BaseScope,
-                     types: dict[tuple[int, str], pa.DataType]) -> list[Predicate]:
+def _plan_predicates(
+    block: QueryBlock, scope: BaseScope, types: dict[tuple[int, str], pa.DataType]
+) -> list[Predicate]:
     singles: list[tuple[exp.Expression, Expr]] = []
     edges: dict[tuple[int, int], list[tuple[exp.Expression, ColumnRef, ColumnRef]]] = {}
     for node in block.conjuncts:
@@ -197,8 +203,10 @@ def _plan_predicates(block: QueryBlock, scope: BaseScope,
         result = check_types(expr, types, describe(node))
         if result != pa.bool_() and result != pa.null():
             raise QueryTypeError(f"WHERE/ON condition {describe(node)} is {result}, not boolean")
-        if isinstance(node, exp.EQ) and isinstance(expr.args[0], ColumnRef) and isinstance(
-            expr.args[1], ColumnRef
+        if (
+            isinstance(node, exp.EQ)
+            and isinstance(expr.args[0], ColumnRef)
+            and isinstance(expr.args[1], ColumnRef)
         ):
             left, right = expr.args
             if left.key[0] != right.key[0]:
@@ -211,19 +219,29 @@ def _plan_predicates(block: QueryBlock, scope: BaseScope,
     predicates: list[Predicate] = []
     for node, expr in singles:
         mask = sum({1 << k[0] for k in expr.column_keys()})
-        predicates.append(Predicate(len(predicates), f"sm{len(predicates) + 1}",
-                                    node.sql(dialect="duckdb"), expr, mask))
+        predicates.append(
+            Predicate(
+                len(predicates), f"sm{len(predicates) + 1}", node.sql(dialect="duckdb"), expr, mask
+            )
+        )
     for (a, b), parts in edges.items():
         nodes = [p[0] for p in parts]
         combined = nodes[0] if len(nodes) == 1 else exp.and_(*nodes)
         expr = compile_expr(combined, scope)
-        kinds = tuple(common_kind(types[lk.key], types[rk.key], describe(n))
-                      for n, lk, rk in parts)
-        edge = Edge(a, tuple(p[1].key[1] for p in parts), b, tuple(p[2].key[1] for p in parts),
-                    kinds)
-        predicates.append(Predicate(len(predicates), f"sm{len(predicates) + 1}",
-                                    combined.sql(dialect="duckdb"), expr,
-                                    (1 << a) | (1 << b), edge))
+        kinds = tuple(common_kind(types[lk.key], types[rk.key], describe(n)) for n, lk, rk in parts)
+        edge = Edge(
+            a, tuple(p[1].key[1] for p in parts), b, tuple(p[2].key[1] for p in parts), kinds
+        )
+        predicates.append(
+            Predicate(
+                len(predicates),
+                f"sm{len(predicates) + 1}",
+                combined.sql(dialect="duckdb"),
+                expr,
+                (1 << a) | (1 << b),
+                edge,
+            )
+        )
     if len(predicates) > MAX_PREDICATES:
         raise UnsupportedQueryError(
             f"the query has {len(predicates)} predicates; at most {MAX_PREDICATES} are supported"
@@ -244,9 +262,9 @@ def _index_kinds(graph: QueryGraph, scope: BaseScope) -> dict[str, dict]:
         for alias in (p.edge.left, p.edge.right):
             table = graph.aliases[alias].table
             cols = p.edge.side(alias)
-            current = kinds[table].setdefault(cols, [
-                key_kind(scope.schemas[alias].field(c).type) for c in cols
-            ])
+            current = kinds[table].setdefault(
+                cols, [key_kind(scope.schemas[alias].field(c).type) for c in cols]
+            )
             for i, k in enumerate(p.edge.kinds):
                 if k == KIND_FLOAT:
                     current[i] = KIND_FLOAT
@@ -257,14 +275,23 @@ def _destinations(graph: QueryGraph) -> list[Destination]:
     """Builds, then SMs, then probes, then output: also the default static order."""
     dests: list[Destination] = []
     for table in graph.stem_tables:
-        dests.append(Destination(len(dests), f"build:{table}", "build", f"stem:{table}",
-                                 table=table))
+        dests.append(
+            Destination(len(dests), f"build:{table}", "build", f"stem:{table}", table=table)
+        )
     for p in graph.predicates:
         dests.append(Destination(len(dests), p.name, "sm", p.name, predicate=p.index))
     if graph.stem_tables:
         for a in graph.aliases:
-            dests.append(Destination(len(dests), f"probe:{a.name}", "probe", f"stem:{a.table}",
-                                     table=a.table, target_alias=a.index))
+            dests.append(
+                Destination(
+                    len(dests),
+                    f"probe:{a.name}",
+                    "probe",
+                    f"stem:{a.table}",
+                    table=a.table,
+                    target_alias=a.index,
+                )
+            )
     dests.append(Destination(len(dests), "output", "output", "output"))
     return dests
 
@@ -316,8 +343,12 @@ def _ordinal(node: exp.Expression, count: int, what: str) -> int | None:
     return None
 
 
-def _resolve_alias(node: exp.Expression, items: list[tuple[str, exp.Expression]],
-                   scope: BaseScope, prefer_alias: bool) -> exp.Expression:
+def _resolve_alias(
+    node: exp.Expression,
+    items: list[tuple[str, exp.Expression]],
+    scope: BaseScope,
+    prefer_alias: bool,
+) -> exp.Expression:
     """An unqualified name that names a select item (and, for GROUP BY, no column)."""
     if isinstance(node, exp.Column) and not node.table:
         matches = [e for name, e in items if name.lower() == node.name.lower()]
@@ -332,31 +363,43 @@ def _resolve_alias(node: exp.Expression, items: list[tuple[str, exp.Expression]]
     return node
 
 
-def _plan_finalize(block: QueryBlock, scope: BaseScope,
-                   types: dict[tuple[int, str], pa.DataType],
-                   functions: dict[str, FunctionSpec]) -> FinalizeSpec:
+def _plan_finalize(
+    block: QueryBlock,
+    scope: BaseScope,
+    types: dict[tuple[int, str], pa.DataType],
+    functions: dict[str, FunctionSpec],
+) -> FinalizeSpec:
     items = [(name, _qualify(node, scope)) for name, node in _select_items(block, scope)]
     names = [name for name, _ in items]
     order_nodes: list[tuple[exp.Expression, bool, bool]] = []
     for ordered in block.order:
         node = ordered.this
         position = _ordinal(node, len(items), "ORDER BY")
-        node = items[position][1] if position is not None else _qualify(
-            _resolve_alias(node, items, scope, prefer_alias=True), scope)
+        node = (
+            items[position][1]
+            if position is not None
+            else _qualify(_resolve_alias(node, items, scope, prefer_alias=True), scope)
+        )
         desc = bool(ordered.args.get("desc"))
         nulls_first = ordered.args.get("nulls_first")
         nulls_first = bool(nulls_first) if nulls_first is not None else False
         order_nodes.append((node, desc, nulls_first))
 
-    is_aggregate = bool(block.group) or block.having is not None or any(
-        node.find(exp.AggFunc) for node in [n for _, n in items] + [o[0] for o in order_nodes]
+    is_aggregate = (
+        bool(block.group)
+        or block.having is not None
+        or any(
+            node.find(exp.AggFunc) for node in [n for _, n in items] + [o[0] for o in order_nodes]
+        )
     )
-    spec = FinalizeSpec(names=names, select=[], distinct=block.distinct, limit=block.limit,
-                        offset=block.offset)
+    spec = FinalizeSpec(
+        names=names, select=[], distinct=block.distinct, limit=block.limit, offset=block.offset
+    )
     if not is_aggregate:
         spec.select = [compile_expr(n, scope) for _, n in items]
-        out_types = [check_types(e, types, describe(n)) for e, (_, n) in
-                     zip(spec.select, items, strict=True)]
+        out_types = [
+            check_types(e, types, describe(n)) for e, (_, n) in zip(spec.select, items, strict=True)
+        ]
         spec.order = [(compile_expr(n, scope), d, nf) for n, d, nf in order_nodes]
         for (e, _, _), (n, _, _) in zip(spec.order, order_nodes, strict=True):
             check_types(e, types, describe(n))
@@ -366,8 +409,11 @@ def _plan_finalize(block: QueryBlock, scope: BaseScope,
     groups: list[exp.Expression] = []
     for node in block.group:
         position = _ordinal(node, len(items), "GROUP BY")
-        groups.append(items[position][1] if position is not None else _qualify(
-            _resolve_alias(node, items, scope, prefer_alias=False), scope))
+        groups.append(
+            items[position][1]
+            if position is not None
+            else _qualify(_resolve_alias(node, items, scope, prefer_alias=False), scope)
+        )
     spec.group = [compile_expr(g, scope) for g in groups]
     post_types: dict[str, pa.DataType] = {}
     for i, (g, node) in enumerate(zip(spec.group, groups, strict=True)):
@@ -394,10 +440,13 @@ def _plan_finalize(block: QueryBlock, scope: BaseScope,
     having_node = _qualify(block.having, scope) if block.having is not None else None
     if having_node is not None:
         spec.having = compile_expr(having_node.transform(replace), post_scope)
-    spec.order = [(compile_expr(n.transform(replace), post_scope), d, nf)
-                  for n, d, nf in order_nodes]
-    out_types = [check_types(e, post_types, describe(n))
-                 for e, (_, n) in zip(spec.select, items, strict=True)]
+    spec.order = [
+        (compile_expr(n.transform(replace), post_scope), d, nf) for n, d, nf in order_nodes
+    ]
+    out_types = [
+        check_types(e, post_types, describe(n))
+        for e, (_, n) in zip(spec.select, items, strict=True)
+    ]
     if spec.having is not None:
         check_types(spec.having, post_types, describe(having_node))
     for e, _, _ in spec.order:
@@ -434,8 +483,11 @@ def _aggregate_type(call: AggregateCall, types: dict, node: exp.Expression) -> p
     if call.function in ("count", "count_distinct"):
         return pa.int64()
     if call.function == "mean":
-        if not (pa.types.is_integer(arg_type) or pa.types.is_floating(arg_type)
-                or pa.types.is_decimal(arg_type)):
+        if not (
+            pa.types.is_integer(arg_type)
+            or pa.types.is_floating(arg_type)
+            or pa.types.is_decimal(arg_type)
+        ):
             raise QueryTypeError(f"AVG needs a number: {describe(node)} is over {arg_type}")
         return pa.float64()
     if call.function == "sum":

@@ -61,8 +61,9 @@ class RunOptions:
             raise EddiesError(f"queue_capacity must be >= 1, got {self.queue_capacity!r}")
 
 
-async def run_plan(plan: Plan, options: RunOptions, results: trio.MemorySendChannel,
-                   stats: RunStats) -> None:
+async def run_plan(
+    plan: Plan, options: RunOptions, results: trio.MemorySendChannel, stats: RunStats
+) -> None:
     """Execute ``plan``; complete tuples leave as RecordBatches on ``results`` (closed at end)."""
     graph = plan.graph
     table_stores = {table: source.new_store() for table, source in plan.sources.items()}
@@ -76,13 +77,17 @@ async def run_plan(plan: Plan, options: RunOptions, results: trio.MemorySendChan
         dests = [d for d in plan.destinations if d.table == table]
         build = next(d.id for d in dests if d.kind == "build")
         probes = {d.id: d.target_alias for d in dests if d.kind == "probe"}
-        modules[f"stem:{table}"] = SteM(table, graph, stores, clock, plan.index_kinds[table],
-                                        build, probes)
+        modules[f"stem:{table}"] = SteM(
+            table, graph, stores, clock, plan.index_kinds[table], build, probes
+        )
     for p in graph.predicates:
         modules[p.name] = SelectionModule(p, stores)
     modules["output"] = OutputModule(
-        plan.output_columns, [f"{graph.aliases[a].name}.{c}" for a, c in plan.output_columns],
-        stores, results, debug=options.debug,
+        plan.output_columns,
+        [f"{graph.aliases[a].name}.{c}" for a, c in plan.output_columns],
+        stores,
+        results,
+        debug=options.debug,
     )
     channels = {name: trio.open_memory_channel(capacity) for name in modules}
     queues = [channels[d.module][0] for d in plan.destinations]
@@ -91,23 +96,39 @@ async def run_plan(plan: Plan, options: RunOptions, results: trio.MemorySendChan
     for a in graph.aliases:
         first_alias.setdefault(a.table, a.index)
     scans = [
-        ScanAM(source, first_alias[table], table_stores[table], batch_size,
-               built=table not in graph.stem_tables,
-               stats=stats.module(f"scan:{table}", "scan"))
+        ScanAM(
+            source,
+            first_alias[table],
+            table_stores[table],
+            batch_size,
+            built=table not in graph.stem_tables,
+            stats=stats.module(f"scan:{table}", "scan"),
+        )
         for table, source in plan.sources.items()
     ]
-    policy = make_policy(options.policy, plan.destinations, seed=options.seed,
-                         order=options.order, window=options.window)
+    policy = make_policy(
+        options.policy,
+        plan.destinations,
+        seed=options.seed,
+        order=options.order,
+        window=options.window,
+    )
     admission = trio.Semaphore(SOURCE_BUFFER_PER_SCAN * len(scans))
     to_eddy, inbox = trio.open_memory_channel(math.inf)
     eddy = Eddy(
-        RoutingTable(graph, plan.destinations), policy, queues, admission, len(scans), stats,
+        RoutingTable(graph, plan.destinations),
+        policy,
+        queues,
+        admission,
+        len(scans),
+        stats,
         ConstraintChecker(graph, plan.destinations) if options.debug else None,
     )
     async with trio.open_nursery() as nursery, to_eddy:
         for name, module in modules.items():
-            nursery.start_soon(module.serve, channels[name][1], to_eddy.clone(),
-                               name=f"eddies:{name}")
+            nursery.start_soon(
+                module.serve, channels[name][1], to_eddy.clone(), name=f"eddies:{name}"
+            )
         for scan in scans:
             nursery.start_soon(scan.run, to_eddy.clone(), admission, name=f"eddies:{scan.name}")
         nursery.start_soon(eddy.run, inbox, name="eddies:eddy")

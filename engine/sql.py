@@ -81,9 +81,7 @@ def parse_query(sql: str) -> QueryBlock:
         raise SqlSyntaxError(f"expected one SQL statement, got {len(statements)}")
     root = statements[0]
     if isinstance(root, exp.SetOperation):
-        raise UnsupportedQueryError(
-            f"set operation {type(root).__name__.upper()} is not supported"
-        )
+        raise UnsupportedQueryError(f"set operation {type(root).__name__.upper()} is not supported")
     if not isinstance(root, exp.Select):
         raise UnsupportedQueryError(f"only SELECT queries are supported, got {describe(root)}")
     if root.args.get("with_") or root.args.get("with"):

@@ -27,8 +27,15 @@ class ScanAM:
 
     kind = "scan"
 
-    def __init__(self, source: TableSource, alias: int, store: TableStore, batch_size: int,
-                 built: bool, stats: ModuleStats) -> None:
+    def __init__(
+        self,
+        source: TableSource,
+        alias: int,
+        store: TableStore,
+        batch_size: int,
+        built: bool,
+        stats: ModuleStats,
+    ) -> None:
         self.name = f"scan:{source.name}"
         self.source = source
         self.alias = alias
@@ -52,8 +59,10 @@ class ScanAM:
                 self.stats.tuples_out += len(row_ids)
                 self.stats.batches_in += 1
                 if self.source.rate:
-                    await trio.sleep_until(trio.current_time() + max(
-                        0.0, started + sent / self.source.rate - time.perf_counter()))
+                    await trio.sleep_until(
+                        trio.current_time()
+                        + max(0.0, started + sent / self.source.rate - time.perf_counter())
+                    )
             self.stats.busy_seconds = time.perf_counter() - started
             await to_eddy.send(SourceDone(self.name))
 

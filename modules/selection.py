@@ -9,14 +9,14 @@ aliases evaluates a non-equi join predicate, or an equi-join edge that closes a 
 
 from __future__ import annotations
 
+import pyarrow as pa
+
 from eddies.engine.errors import EddiesError, QueryTypeError
 from eddies.engine.expressions import evaluate, evaluate_async, mask_of
 from eddies.modules.base import Module, Work, gather_columns, run_vectorized
 from eddies.router.query_graph import Predicate
 from eddies.router.tuple_batch import Signature, TupleBatch
 from eddies.sources.table_store import TableStore
-
-import pyarrow as pa
 
 
 class SelectionModule(Module):

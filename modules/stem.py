@@ -71,8 +71,9 @@ class ColumnIndex:
             # Mixed 64-bit keys are sparse; dense codes for them allow CSR lookups.
             self.combined = KeyDictionary()
 
-    def encode(self, store: TableStore, columns: tuple[str, ...], row_ids: np.ndarray,
-               grow: bool) -> tuple[np.ndarray, list[np.ndarray], np.ndarray | None]:
+    def encode(
+        self, store: TableStore, columns: tuple[str, ...], row_ids: np.ndarray, grow: bool
+    ) -> tuple[np.ndarray, list[np.ndarray], np.ndarray | None]:
         """(mixed keys, per-column codes, validity mask or None) for ``row_ids``."""
         codes: list[np.ndarray] = []
         valid: np.ndarray | None = None
@@ -130,8 +131,7 @@ class SteM(Module):
             return await run_vectorized(self.build, work.batch, raw_ts, rows=len(work.batch))
         target = self.probe_targets[work.destination]
         predicate = None if work.edge is None else self.graph.predicates[work.edge]
-        return await run_vectorized(self.probe, work.batch, target, predicate,
-                                    rows=len(work.batch))
+        return await run_vectorized(self.probe, work.batch, target, predicate, rows=len(work.batch))
 
     def build(self, batch: TupleBatch, raw_ts: np.ndarray) -> list[TupleBatch]:
         """Insert singletons; bounce each back once per alias, with its TimeStamp key."""
@@ -155,7 +155,7 @@ class SteM(Module):
         if index.indexed == stored:
             return index
         positions = np.arange(index.indexed, stored, dtype=np.int64)
-        row_ids = self._rows.view()[index.indexed:]
+        row_ids = self._rows.view()[index.indexed :]
         keys, codes, valid = index.encode(self.store, index.columns, row_ids, grow=True)
         for store_codes, col_codes in zip(index.column_codes, codes, strict=False):
             store_codes.extend(col_codes)
@@ -196,8 +196,9 @@ class SteM(Module):
             probe_idx, pos = probe_idx[same], pos[same]
         return probe_idx, pos
 
-    def probe(self, batch: TupleBatch, target: int, predicate: Predicate | None
-              ) -> list[TupleBatch]:
+    def probe(
+        self, batch: TupleBatch, target: int, predicate: Predicate | None
+    ) -> list[TupleBatch]:
         """Concatenated matches of ``batch`` with this SteM's tuples in the role ``target``."""
         probe_idx, pos = self._matches(batch, target, predicate)
         stored_keys = self._ts.view()[pos] * self.n_aliases + target

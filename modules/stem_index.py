@@ -84,8 +84,10 @@ class _Run:
     def bounds(self, probe: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Per probe key, [lo, hi) of its entries in this run."""
         if self.offsets is None:
-            return (np.searchsorted(self.keys, probe, side="left"),
-                    np.searchsorted(self.keys, probe, side="right"))
+            return (
+                np.searchsorted(self.keys, probe, side="left"),
+                np.searchsorted(self.keys, probe, side="right"),
+            )
         slot = probe - self.low
         inside = (slot >= 0) & (slot < len(self.offsets) - 1)
         slot = np.where(inside, slot, 0)

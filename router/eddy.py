@@ -140,9 +140,7 @@ class Eddy:
             stats.busy_seconds += message.busy_seconds
             self.policy.on_returned(message.destination, returned)
             if self.checker is not None:
-                self.checker.check_returned(
-                    message.destination, message.tuples_in, message.outputs
-                )
+                self.checker.check_returned(message.destination, message.tuples_in, message.outputs)
             self._priority.extend(b for b in message.outputs if len(b))
         elif isinstance(message, SourceBatch):
             self._fresh.append(message.batch)

@@ -132,8 +132,13 @@ class WindowedLotteryPolicy(LotteryPolicy):
 
     name = "lottery-window"
 
-    def __init__(self, destinations, rng, window: float = 0.25,
-                 clock: Callable[[], float] = time.perf_counter) -> None:
+    def __init__(
+        self,
+        destinations,
+        rng,
+        window: float = 0.25,
+        clock: Callable[[], float] = time.perf_counter,
+    ) -> None:
         super().__init__(destinations, rng)
         if not window > 0:
             raise EddiesError(f"lottery-window needs a window > 0 seconds, got {window}")

