@@ -74,7 +74,7 @@ def test_cycle_closing_edge_becomes_an_sm():
 
 
 def test_checker_flags_each_broken_constraint():
-    p, table = plan("SELECT * FROM r, s WHERE r.k = s.k")
+    p, _table = plan("SELECT * FROM r, s WHERE r.k = s.k")
     checker = ConstraintChecker(p.graph, p.destinations)
     dest = {d.name: d.id for d in p.destinations}
     unbuilt = singleton_batch(0, np.array([0]), built=False)

@@ -46,7 +46,7 @@ S = pa.table({"k": [2, 2, 3, None]})
 
 
 def test_build_bounces_back_every_tuple_with_increasing_timestamps():
-    plan, stems = make_stems("SELECT * FROM r, s WHERE r.k = s.k", {"r": R, "s": S})
+    _plan, stems = make_stems("SELECT * FROM r, s WHERE r.k = s.k", {"r": R, "s": S})
     out = build(stems["r"], 0, [0, 1, 2, 3])
     assert len(out) == 1 and out[0].signature == Signature(1, 0, True)
     assert out[0].rows[0].tolist() == [0, 1, 2, 3]
@@ -85,7 +85,7 @@ def test_self_join_produces_each_pair_once_across_both_aliases():
 
 
 def test_cross_product_probe_matches_all_older_tuples():
-    plan, stems = make_stems("SELECT * FROM r, s", {"r": R, "s": S})
+    _plan, stems = make_stems("SELECT * FROM r, s", {"r": R, "s": S})
     build(stems["r"], 0, [0, 1])
     (s_built,) = build(stems["s"], 1, [0, 1, 2])
     build(stems["r"], 0, [2, 3])  # newer than every s tuple
@@ -107,7 +107,7 @@ def test_stored_done_bits_are_carried_into_results():
 
 @pytest.mark.trio
 async def test_process_routes_build_and_probe_by_destination():
-    plan, stems = make_stems("SELECT * FROM r, s WHERE r.k = s.k", {"r": R, "s": S})
+    _plan, stems = make_stems("SELECT * FROM r, s WHERE r.k = s.k", {"r": R, "s": S})
     stem = stems["r"]
     batch = singleton_batch(0, np.array([0, 1], dtype=np.int64), built=False)
     out = await stem.process(Work(stem.build_destination, batch))
