@@ -18,8 +18,12 @@ from eddies.engine.errors import (
     UnsupportedQueryError,
 )
 from eddies.engine.explain import explain
+from eddies.engine.logging_setup import configure_logging, ensure_configured
 from eddies.router.policies import POLICIES
 from eddies.router.stats import ModuleStats, RoutingEvent, RunStats
+
+# Quiet by default (warnings, to stderr) unless the application configured logging itself.
+ensure_configured()
 
 __all__ = [
     "POLICIES",
@@ -37,6 +41,7 @@ __all__ = [
     "UnknownColumnError",
     "UnknownTableError",
     "UnsupportedQueryError",
+    "configure_logging",
     "execute",
     "explain",
     "open_query",

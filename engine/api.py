@@ -131,15 +131,31 @@ async def open_query(
     )
     try:
         async with trio.open_nursery() as nursery:
-            results = QueryResults(plan, receive, stats, nursery.cancel_scope)
-            nursery.start_soon(run_plan, plan, options, send, stats, name="eddies:query")
+            # Only the query's own tasks sit under ``stop``: a LIMIT that cancels it must
+            # not cancel the caller's code running in the body of this context manager.
+            stop = trio.CancelScope()
+            results = QueryResults(plan, receive, stats, stop)
+            nursery.start_soon(
+                _run_until_stopped, stop, plan, options, send, stats, name="eddies:query"
+            )
             try:
                 yield results
             finally:
-                nursery.cancel_scope.cancel()
+                stop.cancel()
     except BaseExceptionGroup as group:
         raise _unwrap(group) from None
     log.info("query finished", rows=stats.rows_out, seconds=round(stats.elapsed_seconds, 4))
+
+
+async def _run_until_stopped(
+    stop: trio.CancelScope,
+    plan: Plan,
+    options: RunOptions,
+    send: trio.MemorySendChannel,
+    stats: RunStats,
+) -> None:
+    with stop:
+        await run_plan(plan, options, send, stats)
 
 
 async def _collect(sql: str, catalog: Catalog, options: dict) -> QueryRun:

@@ -29,7 +29,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from eddies.engine import POLICIES, Catalog, EddiesError, explain, open_query
+from eddies.engine import POLICIES, Catalog, EddiesError, RunStats, explain, open_query
 from eddies.engine.logging_setup import FORMATS, LEVELS, configure_logging
 from eddies.engine.progress import QueryProgress
 
@@ -38,8 +38,8 @@ __all__ = ["DEMO_SQL", "DEMO_TABLES", "main"]
 #: The demo query: flights that left New York in strong winds (over 25 mph at the origin
 #: that hour), on planes with more than 100 seats, bound for airports above 1,000 ft.
 #: Four tables, three join edges (the weather edge on two columns), three selections of
-#: very different selectivity (weather 1.6 %, airports 27 %, planes 54 %) for the eddy to
-#: learn. DuckDB returns 536 rows for it.
+#: very different selectivity (weather rows 1.6 %, airports 27 %, planes 75 %) for the
+#: eddy to learn. DuckDB returns 536 rows for it.
 DEMO_SQL = """\
 SELECT f.time_hour, f.carrier, f.flight, f.origin, f.dest,
        a.name AS dest_name, a.alt, p.seats, w.wind_speed, f.dep_delay
@@ -227,7 +227,7 @@ def _version() -> str:
 
 async def _collect(
     sql: str, catalog: Catalog, progress: QueryProgress, options: dict[str, Any]
-) -> tuple[pa.Table, Any]:
+) -> tuple[pa.Table, RunStats]:
     batches: list[pa.RecordBatch] = []
     async with open_query(sql, catalog, **options) as results:
         progress.watch(results.stats)
@@ -253,7 +253,7 @@ def run_with_progress(
     label: str = "running query",
     progress: bool = True,
     **options: Any,
-) -> tuple[pa.Table, Any]:
+) -> tuple[pa.Table, RunStats]:
     """Run ``sql`` through :func:`open_query` under trio, showing a progress line on
     stderr for runs longer than a second; return ``(table, stats)``."""
     with QueryProgress(label, enabled=None if progress else False) as display:
@@ -374,7 +374,7 @@ def _predicate_labels(stats: Any) -> dict[str, str]:
     return labels
 
 
-def print_routing_stats(console: Console, stats: Any, *, max_signatures: int = 24) -> None:
+def print_routing_stats(console: Console, stats: RunStats, *, max_signatures: int = 24) -> None:
     """Per-module tuples in/out/busy, then the routing choices made for each signature."""
     modules = Table(
         title="modules",

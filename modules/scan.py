@@ -15,7 +15,7 @@ import numpy as np
 import trio
 
 from eddies.engine.errors import DataSourceError
-from eddies.router.eddy import SourceBatch, SourceDone
+from eddies.router.eddy import Source, SourceBatch, SourceDone
 from eddies.router.stats import ModuleStats
 from eddies.router.tuple_batch import singleton_batch
 from eddies.sources.arrow_source import TableSource
@@ -44,16 +44,17 @@ class ScanAM:
         self.built = built
         self.stats = stats
 
-    async def run(self, to_eddy: trio.MemorySendChannel, admission: trio.Semaphore) -> None:
+    async def run(self, to_eddy: trio.MemorySendChannel, source: Source, index: int) -> None:
+        """Deliver every batch, each after taking a slot of ``source.admission``."""
         async with to_eddy:
             if self.source.delay:
                 await trio.sleep(self.source.delay)
             started = time.perf_counter()
             sent = 0
             async for row_ids in self._row_batches():
-                await admission.acquire()
+                await source.admission.acquire()
                 await to_eddy.send(
-                    SourceBatch(self.name, singleton_batch(self.alias, row_ids, self.built))
+                    SourceBatch(index, singleton_batch(self.alias, row_ids, self.built))
                 )
                 sent += len(row_ids)
                 self.stats.tuples_out += len(row_ids)
@@ -64,7 +65,7 @@ class ScanAM:
                         + max(0.0, started + sent / self.source.rate - time.perf_counter())
                     )
             self.stats.busy_seconds = time.perf_counter() - started
-            await to_eddy.send(SourceDone(self.name))
+            await to_eddy.send(SourceDone(index))
 
     async def _row_batches(self):
         preloaded = self.store.preloaded_rows

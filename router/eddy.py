@@ -1,10 +1,12 @@
-"""The eddy: one trio task that routes every TupleBatch among the modules (eddies-2000 §2).
+"""The eddy: one trio task that routes every TupleBatch among the modules (eddies-2000 §3).
 
 Messages arrive in one inbox: batches returned by modules (SMs and SteMs bounce tuples
 back), batches from scan AMs, and end-of-source notices. Returned batches go to a priority
-buffer that is always served before new source tuples (eddies-2000 §2.2: "tuples that have
+buffer that is always served before new source tuples (eddies-2000 §4: "tuples that have
 been handled by some operator get priority"), which keeps the dataflow short and memory
-bounded; source tuples are admitted through a semaphore, so a slow eddy slows the scans.
+bounded; source tuples are admitted through one semaphore per scan, so a slow eddy slows
+the scans, and among ready source batches the eddy takes leaf tables first (see
+:class:`Source`).
 
 The eddy never blocks on a send: it offers a batch only to a module whose bounded input
 queue has room (``send_nowait``), otherwise the batch waits in the eddy and is routed again
@@ -37,9 +39,9 @@ log = structlog.get_logger("eddies.router")
 
 @dataclass(slots=True)
 class SourceBatch:
-    """New singleton tuples from a scan AM."""
+    """New singleton tuples from the scan AM with index ``source`` (see :class:`Source`)."""
 
-    source: str
+    source: int
     batch: TupleBatch
 
 
@@ -47,7 +49,24 @@ class SourceBatch:
 class SourceDone:
     """A scan AM has delivered all its tuples."""
 
-    source: str
+    source: int
+
+
+@dataclass
+class Source:
+    """A scan AM as the eddy sees it: its admission semaphore and its rank.
+
+    ``rank``: among source batches that are ready, the eddy routes those of the lowest rank
+    first. The planner ranks tables with fewer join edges, then fewer rows, first, so a hub
+    table's tuples arrive after its neighbours' SteMs are built and probe them, rather than
+    every neighbour tuple probing the hub's SteM — the build-side choice of a hash join
+    (stems-2003 §3.1, simulating non-pipelined joins). It is a preference among ready
+    batches, never a wait: a slow source does not hold back the others.
+    """
+
+    name: str
+    admission: trio.Semaphore
+    rank: tuple = ()
 
 
 class Eddy:
@@ -58,22 +77,24 @@ class Eddy:
         routing_table: RoutingTable,
         policy: RoutingPolicy,
         queues: list[trio.MemorySendChannel],
-        admission: trio.Semaphore,
-        sources: int,
+        sources: list[Source],
         stats: RunStats,
         checker: ConstraintChecker | None = None,
     ) -> None:
         self.routing_table = routing_table
         self.policy = policy
         self.queues = queues
-        self.admission = admission
-        self.sources_open = sources
+        self.sources = sources
+        self.sources_open = len(sources)
+        # Fresh batches per source, visited in rank order.
+        self._by_rank = sorted(range(len(sources)), key=lambda i: sources[i].rank)
+        self._fresh_of: list[deque[TupleBatch]] = [deque() for _ in sources]
+        self._fresh_count = 0
         self.stats = stats
         self.checker = checker
         self._names = [d.name for d in routing_table.destinations]
         self._module_stats = [stats.modules[n] for n in self._names]
         self._priority: deque[TupleBatch] = deque()
-        self._fresh: deque[TupleBatch] = deque()
         # (batch, destination): a destination the policy chose whose queue was full, or
         # None when no eligible queue had room and the batch must be routed afresh.
         self._waiting: deque[tuple[TupleBatch, int | None]] = deque()
@@ -101,9 +122,8 @@ class Eddy:
                             self._send(destination, batch, self._entry(batch))
                 if self._priority:
                     self._route(self._priority.popleft())
-                elif self._fresh and not self._waiting:
-                    self.admission.release()
-                    self._route(self._fresh.popleft())
+                elif self._fresh_count and not self._waiting:
+                    self._route(self._next_fresh())
                 elif self._finished():
                     break
                 else:
@@ -119,8 +139,17 @@ class Eddy:
         return (
             self.sources_open == 0
             and self._in_flight == 0
-            and not (self._priority or self._fresh or self._waiting)
+            and not (self._priority or self._fresh_count or self._waiting)
         )
+
+    def _next_fresh(self) -> TupleBatch:
+        """The oldest ready batch of the lowest-ranked source; frees a slot of that source."""
+        for i in self._by_rank:
+            if self._fresh_of[i]:
+                self._fresh_count -= 1
+                self.sources[i].admission.release()
+                return self._fresh_of[i].popleft()
+        raise AssertionError("no fresh batch")  # pragma: no cover - guarded by the caller
 
     def _drain(self, inbox: trio.MemoryReceiveChannel) -> None:
         while True:
@@ -138,15 +167,18 @@ class Eddy:
             stats = self._module_stats[message.destination]
             stats.tuples_out += returned
             stats.busy_seconds += message.busy_seconds
-            self.policy.on_returned(message.destination, returned)
+            self.policy.on_returned(message.destination, message.tuples_in, returned)
             if self.checker is not None:
                 self.checker.check_returned(message.destination, message.tuples_in, message.outputs)
             self._priority.extend(b for b in message.outputs if len(b))
         elif isinstance(message, SourceBatch):
-            self._fresh.append(message.batch)
+            self._fresh_of[message.source].append(message.batch)
+            self._fresh_count += 1
         else:
             self.sources_open -= 1
-            log.debug("source exhausted", source=message.source, open=self.sources_open)
+            log.debug(
+                "source exhausted", source=self.sources[message.source].name, open=self.sources_open
+            )
 
     def _entry(self, batch: TupleBatch):
         return self.routing_table.entry(batch.signature)
@@ -181,5 +213,5 @@ class Eddy:
         stats.batches_in += 1
         sig = batch.signature
         self.stats.record_route(
-            time.perf_counter() - self._started, sig.span, sig.done, destination, n
+            time.perf_counter() - self._started, sig.span, sig.done, destination, n, sig.built
         )

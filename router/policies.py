@@ -9,12 +9,16 @@ decisions — so ``batch_size=1`` is exactly the per-tuple eddy of the paper.
 * ``static`` — a fixed order of destination names; simulates a static plan in the same
   engine, as the papers do for their baselines.
 * ``random`` — uniform per tuple, ignoring queues.
-* ``naive`` — back-pressure only (§4.1): offer to a destination whose queue has room; a
+* ``naive`` — back-pressure only (§4.2): offer to a destination whose queue has room; a
   faster module drains its queue sooner and so receives more tuples.
-* ``lottery`` (§4.2) — a destination gets a ticket for each tuple it takes and gives one
-  back for each tuple it returns; among destinations with room, the draw is weighted by
-  tickets, so selective modules (few returns) win.
-* ``lottery-window`` (§4.4) — tickets earned in the current window are held in escrow; at
+* ``lottery`` (§4.3) — a destination gets a ticket for each tuple it takes and gives one
+  back for each tuple it returns (both booked when it answers, so queued tuples do not
+  count); among destinations with room, the draw is weighted by
+  tickets, so selective modules (few returns) win. Tickets also grow with throughput, so
+  cheap modules win too; and when the destination holding most tickets is full, the batch
+  waits for it rather than going wherever a queue has room (otherwise, in a saturated
+  dataflow, back-pressure alone would decide and selectivity would be ignored).
+* ``lottery-window`` (§4.5) — tickets earned in the current window are held in escrow; at
   each window's end they become the banked tickets the lottery draws with, so the policy
   follows changes in cost and selectivity.
 """
@@ -48,10 +52,10 @@ class RoutingPolicy:
         raise NotImplementedError  # pragma: no cover
 
     def on_routed(self, destination: int, tuples: int) -> None:
-        """A destination took ``tuples`` tuples."""
+        """``tuples`` tuples were put in a destination's queue."""
 
-    def on_returned(self, destination: int, tuples: int) -> None:
-        """A destination sent ``tuples`` tuples back to the eddy."""
+    def on_returned(self, destination: int, tuples_in: int, tuples_out: int) -> None:
+        """A destination processed ``tuples_in`` tuples and sent ``tuples_out`` back."""
 
 
 class StaticPolicy(RoutingPolicy):
@@ -102,7 +106,7 @@ class NaivePolicy(RoutingPolicy):
 
 
 class LotteryPolicy(RoutingPolicy):
-    """Lottery scheduling with back-pressure; tickets as in eddies-2000 §4.2."""
+    """Lottery scheduling with back-pressure; tickets as in eddies-2000 §4.3."""
 
     name = "lottery"
 
@@ -114,17 +118,27 @@ class LotteryPolicy(RoutingPolicy):
         return np.maximum(self.tickets[dests], 1.0)
 
     def choose(self, entry: RouteEntry, n: int, has_room: HasRoom) -> Choice:
-        ready = [d for d in entry.destinations if has_room(d)]
-        if len(ready) <= 1:
-            return ready[0] if ready else None
+        dests = list(entry.destinations)
+        ready = [d for d in dests if has_room(d)]
+        if not ready:
+            return None
+        if len(ready) < len(dests):
+            # Back-pressure alone would send the batch wherever a queue has room, and in a
+            # saturated dataflow room, not tickets, would decide every draw. When the
+            # destination holding most of the tickets is the one that is full, wait for it.
+            w = self.weights(dests)
+            favourite = int(np.argmax(w))
+            if dests[favourite] not in ready and 2 * w[favourite] > w.sum():
+                return dests[favourite]
+        if len(ready) == 1:
+            return ready[0]
         w = self.weights(ready)
         return ready[int(np.searchsorted(np.cumsum(w), self.rng.random() * w.sum(), "right"))]
 
-    def on_routed(self, destination: int, tuples: int) -> None:
-        self.tickets[destination] += tuples
-
-    def on_returned(self, destination: int, tuples: int) -> None:
-        self.tickets[destination] -= tuples
+    def on_returned(self, destination: int, tuples_in: int, tuples_out: int) -> None:
+        # Credit on taking, debit on returning; both booked when the module answers, so
+        # tuples still queued do not count (else whoever got the first batch would lead).
+        self.tickets[destination] += tuples_in - tuples_out
 
 
 class WindowedLotteryPolicy(LotteryPolicy):
@@ -158,11 +172,8 @@ class WindowedLotteryPolicy(LotteryPolicy):
         self._roll()
         return super().choose(entry, n, has_room)
 
-    def on_routed(self, destination: int, tuples: int) -> None:
-        self.escrow[destination] += tuples
-
-    def on_returned(self, destination: int, tuples: int) -> None:
-        self.escrow[destination] -= tuples
+    def on_returned(self, destination: int, tuples_in: int, tuples_out: int) -> None:
+        self.escrow[destination] += tuples_in - tuples_out
 
 
 def make_policy(

@@ -2,7 +2,7 @@
 
 Planning (``eddies.engine.planner``) builds one :class:`QueryGraph`; the routing table,
 the constraint checker and the modules read it. Every predicate owns one Done bit
-(eddies-2000 §2.2). An equi-join *edge* groups the equality conjuncts between one pair of
+(eddies-2000 §3). An equi-join *edge* groups the equality conjuncts between one pair of
 aliases (a multi-column key); it can be evaluated two ways: as a SteM probe key when a
 tuple spanning one side probes the other side's SteM, or, when a tuple already spans both
 sides through other edges (cyclic queries), as an SM over composite tuples.

@@ -1,7 +1,7 @@
 """Destinations and the routing table: which modules a signature may be routed to.
 
 The PostgreSQL eddy indexes a routing array by the tuple's signature bitmap and computes
-each entry once (eddies-in-postgresql §3.2); we do the same, lazily, with a dict keyed
+each entry once (eddies-in-postgresql §2.1.4); we do the same, lazily, with a dict keyed
 by :class:`~eddies.router.tuple_batch.Signature`. An entry lists the eligible destinations
 under the routing constraints of stems-2003 Table 2:
 

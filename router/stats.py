@@ -38,6 +38,7 @@ class RoutingEvent:
     done: tuple[str, ...]
     destination: str
     tuples: int
+    built: bool = True  # False for singletons not yet built into their SteM
 
 
 @dataclass
@@ -65,7 +66,11 @@ class RunStats:
             found = self.modules[name] = ModuleStats(name, kind)
         return found
 
-    def record_route(self, t: float, span: int, done: int, destination: int, tuples: int) -> None:
+    def record_route(
+        self, t: float, span: int, done: int, destination: int, tuples: int, built: bool = True
+    ) -> None:
+        # Unbuilt singletons are logged with a negative span, to keep one compact array.
+        span = span if built else -span
         self._time.append(t)
         self._span.append(span)
         self._done.append(done)
@@ -78,20 +83,21 @@ class RunStats:
         g = self.graph
         names = [d.name for d in self.destinations]
         return [
-            RoutingEvent(t, g.alias_names(s), g.predicate_names(d), names[dest], n)
+            RoutingEvent(t, g.alias_names(abs(s)), g.predicate_names(d), names[dest], n, s > 0)
             for t, s, d, dest, n in zip(
                 self._time, self._span, self._done, self._dest, self._tuples, strict=True
             )
         ]
 
     def routing_table(self) -> pa.Table:
-        """The routing log as a table: time_s, span, done, destination, tuples."""
+        """The routing log as a table: time_s, span, built, done, destination, tuples."""
         g = self.graph
         names = [d.name for d in self.destinations]
         return pa.table(
             {
                 "time_s": pa.array(self._time, pa.float64()),
-                "span": [",".join(g.alias_names(s)) for s in self._span],
+                "span": [",".join(g.alias_names(abs(s))) for s in self._span],
+                "built": pa.array([s > 0 for s in self._span], pa.bool_()),
                 "done": [",".join(g.predicate_names(d)) for d in self._done],
                 "destination": [names[d] for d in self._dest],
                 "tuples": pa.array(self._tuples, pa.int64()),
@@ -104,7 +110,8 @@ class RunStats:
         g = self.graph
         names = [d.name for d in self.destinations]
         for s, d, dest, n in zip(self._span, self._done, self._dest, self._tuples, strict=True):
-            key = (",".join(g.alias_names(s)), ",".join(g.predicate_names(d)) or "-")
+            span = ",".join(g.alias_names(abs(s))) + ("" if s > 0 else " (unbuilt)")
+            key = (span, ",".join(g.predicate_names(d)) or "-")
             per_dest = summary.setdefault(key, {})
             per_dest[names[dest]] = per_dest.get(names[dest], 0) + n
         return summary

@@ -1,7 +1,7 @@
 """TupleBatch: tuples that share one signature, with their TupleState kept in vectors.
 
 The SteMs paper (stems-2003 §2.1.1) gives every tuple a TupleState: the tables it spans
-and the predicates it has passed (the Done bits of eddies-2000 §2.2). Moving one Python
+and the predicates it has passed (the Done bits of eddies-2000 §3). Moving one Python
 object per tuple costs ~10 µs a hop under trio (DESIGN.md), so tuples travel in batches
 whose members share that state — the batch's *signature* — and only what differs per
 tuple lives in NumPy vectors:

@@ -4,7 +4,7 @@ Accepted data: a pyarrow Table, a pyarrow RecordBatchReader (read once, as a str
 pandas DataFrame, or a path to a Parquet or CSV file (read in batches at query time, in a
 worker thread). Anything else, or a file that cannot be read, raises DataSourceError
 naming the table. ``rate`` (rows/second) and ``delay`` (seconds before the first batch)
-shape delivery for experiments on slow or bursty sources (eddies-2000 §5).
+shape delivery for experiments on slow or bursty sources.
 """
 
 from __future__ import annotations
@@ -21,6 +21,9 @@ import pyarrow.parquet as pq
 
 from eddies.engine.errors import DataSourceError
 from eddies.sources.table_store import TableStore
+
+#: Empty CSV fields are NULL in every column, as in DuckDB's read_csv.
+CSV_CONVERT = pacsv.ConvertOptions(strings_can_be_null=True)
 
 
 @dataclass
@@ -54,7 +57,7 @@ class TableSource:
         elif self.path is not None and _is_parquet(self.path):
             batches = pq.ParquetFile(self.path).iter_batches(batch_size=batch_size)
         elif self.path is not None:
-            batches = iter(pacsv.open_csv(self.path))
+            batches = iter(pacsv.open_csv(self.path, convert_options=CSV_CONVERT))
         else:
             raise DataSourceError(f"table {self.name!r}: a RecordBatchReader can be scanned once")
         for batch in batches:
@@ -102,7 +105,7 @@ def make_source(
             if _is_parquet(path):
                 schema = pq.read_schema(path)
             elif path.suffix.lower() in (".csv", ".tsv", ".txt"):
-                with pacsv.open_csv(path) as reader:
+                with pacsv.open_csv(path, convert_options=CSV_CONVERT) as reader:
                     schema = reader.schema
             else:
                 raise DataSourceError(

@@ -1,7 +1,7 @@
 """Per-table row stores: where base-table tuples live while row ids travel the eddy.
 
 The PostgreSQL eddy keeps "an array of pointers to source tuples" per intermediate tuple
-(eddies-in-postgresql §3); here a tuple holds int64 row ids into a :class:`TableStore` and
+(eddies-in-postgresql §2.2); here a tuple holds int64 row ids into a :class:`TableStore` and
 columns are gathered (``take``) only when a predicate, a SteM or the output needs them.
 A store is append-only: a scan AM appends batches as they arrive, or the whole table is
 registered at once for in-memory data (then appending costs nothing).
