@@ -151,10 +151,8 @@ def test_lottery_favours_the_module_that_returns_fewer_tuples():
     p, _ = plan("SELECT * FROM r WHERE r.x > 1 AND r.k < 3")
     policy = LotteryPolicy(p.destinations, np.random.default_rng(0))
     for _ in range(100):  # destination 0 drops 90% of its tuples, destination 1 drops 10%
-        policy.on_routed(0, 10)
-        policy.on_returned(0, 1)
-        policy.on_routed(1, 10)
-        policy.on_returned(1, 9)
+        policy.on_returned(0, 10, 1)
+        policy.on_returned(1, 10, 9)
     picks = [policy.choose(_entry(0, 1), 1, lambda d: True) for _ in range(2000)]
     assert 0.85 < picks.count(0) / len(picks) < 0.95  # 900 vs 100 tickets
 
@@ -165,11 +163,11 @@ def test_windowed_lottery_forgets_old_windows():
     policy = WindowedLotteryPolicy(
         p.destinations, np.random.default_rng(0), window=1.0, clock=lambda: now[0]
     )
-    policy.on_routed(0, 1000)  # escrow of window 1
+    policy.on_returned(0, 1000, 0)  # escrow of window 1
     now[0] = 1.5
     policy.choose(_entry(0, 1), 1, lambda d: True)
     assert policy.tickets[0] == 1000  # banked for window 2
-    policy.on_routed(1, 50)
+    policy.on_returned(1, 50, 0)
     now[0] = 3.0
     policy.choose(_entry(0, 1), 1, lambda d: True)
     assert policy.tickets.tolist()[:2] == [0, 50]  # window 1 forgotten
