@@ -153,7 +153,7 @@ def _sql_type(node: exp.DataType) -> pa.DataType:
 def _cast(target: pa.DataType) -> Callable[[Any], Any]:
     def fn(v: Any) -> Any:
         if pa.types.is_integer(target) and pa.types.is_floating(v.type):
-            v = pc.round(v, round_mode="half_towards_infinity")  # DuckDB rounds half away
+            v = pc.round(v, round_mode="half_to_even")  # as DuckDB: 2.5 -> 2, -0.5 -> 0
         if pa.types.is_string(target) and pa.types.is_boolean(v.type):
             return pc.if_else(v, "true", "false")
         return pc.cast(v, target)
@@ -254,6 +254,13 @@ _SQLGLOT_FUNCTIONS: dict[type, str] = {
 
 def compile_expr(node: exp.Expression, scope: Scope) -> Expr:
     """Compile one sqlglot scalar expression; aggregates are the caller's to replace first."""
+    expr = _compile(node, scope)
+    if node.args.get("negate"):  # sqlglot marks NOT LIKE / NOT IN / ... with a flag
+        return Call(pc.invert, [expr], node.sql(dialect="duckdb"))
+    return expr
+
+
+def _compile(node: exp.Expression, scope: Scope) -> Expr:
     sql = node.sql(dialect="duckdb")
 
     def sub(n: exp.Expression) -> Expr:

@@ -30,12 +30,17 @@ class Work:
 
 @dataclass(slots=True)
 class Returned:
-    """A module's answer to one Work: its outputs (possibly none) and busy seconds."""
+    """A module's answer to one Work: its outputs (possibly none) and busy seconds.
+
+    ``final=False`` marks a partial answer (a chunk of a large probe result); exactly one
+    final answer follows, which is what ends the Work's time in flight.
+    """
 
     destination: int
     outputs: list[TupleBatch]
     tuples_in: int
     busy_seconds: float
+    final: bool = True
 
 
 class Module:
@@ -50,9 +55,14 @@ class Module:
     async def close(self) -> None:
         """Called once the eddy has closed the module's input channel."""
 
+    async def emit(self, destination: int, outputs: list[TupleBatch]) -> None:
+        """Send a partial answer now (and let other tasks run: LIMIT may stop the query)."""
+        await self._to_eddy.send(Returned(destination, outputs, 0, 0.0, final=False))
+
     async def serve(
         self, inbox: trio.MemoryReceiveChannel, to_eddy: trio.MemorySendChannel
     ) -> None:
+        self._to_eddy = to_eddy
         async with inbox, to_eddy:
             async for work in inbox:
                 started = time.perf_counter()

@@ -34,6 +34,9 @@ from eddies.router.query_graph import Predicate, QueryGraph
 from eddies.router.tuple_batch import Signature, TupleBatch
 from eddies.sources.table_store import TableStore
 
+#: Largest batch a probe returns at once; larger results leave as several partial answers.
+MAX_OUTPUT_ROWS = 1 << 16
+
 
 class BuildClock:
     """The global, monotonically increasing build TimeStamp (stems-2003 §3.1).
@@ -131,7 +134,31 @@ class SteM(Module):
             return await run_vectorized(self.build, work.batch, raw_ts, rows=len(work.batch))
         target = self.probe_targets[work.destination]
         predicate = None if work.edge is None else self.graph.predicates[work.edge]
-        return await run_vectorized(self.probe, work.batch, target, predicate, rows=len(work.batch))
+        batch = work.batch
+        # A cross product's size is known up front: probe a slice of tuples at a time so
+        # its pairs are never all in memory. Any probe's result leaves in chunks of at most
+        # MAX_OUTPUT_ROWS, each a partial answer, so the eddy (and a LIMIT) can act on the
+        # first chunk before the rest exist.
+        step = len(batch)
+        if predicate is None:
+            step = max(1, MAX_OUTPUT_ROWS // max(1, len(self._rows)))
+        pending: list[TupleBatch] = []
+        pending_rows = 0
+        for start in range(0, len(batch), step):
+            part = batch if step >= len(batch) else batch.take(slice(start, start + step))
+            for out in await run_vectorized(self.probe, part, target, predicate, rows=len(part)):
+                for first in range(0, len(out), MAX_OUTPUT_ROWS):
+                    piece = (
+                        out
+                        if len(out) <= MAX_OUTPUT_ROWS
+                        else out.take(slice(first, first + MAX_OUTPUT_ROWS))
+                    )
+                    if pending_rows + len(piece) > MAX_OUTPUT_ROWS and pending:
+                        await self.emit(work.destination, pending)
+                        pending, pending_rows = [], 0
+                    pending.append(piece)
+                    pending_rows += len(piece)
+        return pending
 
     def build(self, batch: TupleBatch, raw_ts: np.ndarray) -> list[TupleBatch]:
         """Insert singletons; bounce each back once per alias, with its TimeStamp key."""

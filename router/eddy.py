@@ -161,8 +161,9 @@ class Eddy:
 
     def _accept(self, message: Returned | SourceBatch | SourceDone) -> None:
         if isinstance(message, Returned):
-            self._in_flight -= 1
-            self._retry = True
+            if message.final:
+                self._in_flight -= 1
+                self._retry = True
             returned = sum(len(b) for b in message.outputs)
             stats = self._module_stats[message.destination]
             stats.tuples_out += returned
