@@ -256,12 +256,27 @@ def compile_expr(node: exp.Expression, scope: Scope) -> Expr:
     """Compile one sqlglot scalar expression; aggregates are the caller's to replace first."""
     expr = _compile(node, scope)
     if node.args.get("negate"):  # sqlglot marks NOT LIKE / NOT IN / ... with a flag
-        return Call(pc.invert, [expr], node.sql(dialect="duckdb"))
+        return Call(pc.invert, [expr], _LazySql(node))
     return expr
 
 
+class _LazySql:
+    """A node's SQL text, rendered only when shown (an error message): rendering every node
+    of every expression eagerly made planning quadratic in the expression's size."""
+
+    __slots__ = ("node",)
+
+    def __init__(self, node: exp.Expression) -> None:
+        self.node = node
+
+    def __str__(self) -> str:
+        return self.node.sql(dialect="duckdb")
+
+    __format__ = lambda self, spec: format(str(self), spec)  # noqa: E731
+
+
 def _compile(node: exp.Expression, scope: Scope) -> Expr:
-    sql = node.sql(dialect="duckdb")
+    sql = _LazySql(node)
 
     def sub(n: exp.Expression) -> Expr:
         return compile_expr(n, scope)

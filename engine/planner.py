@@ -200,7 +200,7 @@ def _plan_predicates(
     edges: dict[tuple[int, int], list[tuple[exp.Expression, ColumnRef, ColumnRef]]] = {}
     for node in block.conjuncts:
         expr = compile_expr(node, scope)
-        result = check_types(expr, types, describe(node))
+        result = check_types(expr, types, node)
         if result != pa.bool_() and result != pa.null():
             raise QueryTypeError(f"WHERE/ON condition {describe(node)} is {result}, not boolean")
         if (
@@ -212,7 +212,7 @@ def _plan_predicates(
             if left.key[0] != right.key[0]:
                 if left.key[0] > right.key[0]:
                     left, right = right, left
-                common_kind(types[left.key], types[right.key], describe(node))
+                common_kind(types[left.key], types[right.key], node)
                 edges.setdefault((left.key[0], right.key[0]), []).append((node, left, right))
                 continue
         singles.append((node, expr))
@@ -228,7 +228,7 @@ def _plan_predicates(
         nodes = [p[0] for p in parts]
         combined = nodes[0] if len(nodes) == 1 else exp.and_(*nodes)
         expr = compile_expr(combined, scope)
-        kinds = tuple(common_kind(types[lk.key], types[rk.key], describe(n)) for n, lk, rk in parts)
+        kinds = tuple(common_kind(types[lk.key], types[rk.key], n) for n, lk, rk in parts)
         edge = Edge(
             a, tuple(p[1].key[1] for p in parts), b, tuple(p[2].key[1] for p in parts), kinds
         )
@@ -397,12 +397,10 @@ def _plan_finalize(
     )
     if not is_aggregate:
         spec.select = [compile_expr(n, scope) for _, n in items]
-        out_types = [
-            check_types(e, types, describe(n)) for e, (_, n) in zip(spec.select, items, strict=True)
-        ]
+        out_types = [check_types(e, types, n) for e, (_, n) in zip(spec.select, items, strict=True)]
         spec.order = [(compile_expr(n, scope), d, nf) for n, d, nf in order_nodes]
         for (e, _, _), (n, _, _) in zip(spec.order, order_nodes, strict=True):
-            check_types(e, types, describe(n))
+            check_types(e, types, n)
         spec.schema = pa.schema([pa.field(n, t) for n, t in zip(names, out_types, strict=True)])
         return spec
 
@@ -417,7 +415,7 @@ def _plan_finalize(
     spec.group = [compile_expr(g, scope) for g in groups]
     post_types: dict[str, pa.DataType] = {}
     for i, (g, node) in enumerate(zip(spec.group, groups, strict=True)):
-        post_types[f"__g{i}"] = check_types(g, types, describe(node))
+        post_types[f"__g{i}"] = check_types(g, types, node)
 
     aggregate_sql: dict[str, int] = {}
 
@@ -444,11 +442,10 @@ def _plan_finalize(
         (compile_expr(n.transform(replace), post_scope), d, nf) for n, d, nf in order_nodes
     ]
     out_types = [
-        check_types(e, post_types, describe(n))
-        for e, (_, n) in zip(spec.select, items, strict=True)
+        check_types(e, post_types, n) for e, (_, n) in zip(spec.select, items, strict=True)
     ]
     if spec.having is not None:
-        check_types(spec.having, post_types, describe(having_node))
+        check_types(spec.having, post_types, having_node)
     for e, _, _ in spec.order:
         check_types(e, post_types, "ORDER BY")
     spec.schema = pa.schema([pa.field(n, t) for n, t in zip(names, out_types, strict=True)])
@@ -479,7 +476,7 @@ def _aggregate_call(node: exp.AggFunc, scope: BaseScope) -> AggregateCall:
 
 
 def _aggregate_type(call: AggregateCall, types: dict, node: exp.Expression) -> pa.DataType:
-    arg_type = check_types(call.arg, types, describe(node))
+    arg_type = check_types(call.arg, types, node)
     if call.function in ("count", "count_distinct"):
         return pa.int64()
     if call.function == "mean":

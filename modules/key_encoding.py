@@ -16,7 +16,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from eddies.engine.errors import QueryTypeError
+from eddies.engine.errors import QueryTypeError, describe
 
 #: How a column's values become codes.
 KIND_INT, KIND_FLOAT, KIND_DICT, KIND_TIMESTAMP = "int", "float", "dict", "timestamp"
@@ -33,20 +33,27 @@ def key_kind(dtype: pa.DataType) -> str:
     return KIND_DICT
 
 
-def common_kind(left: pa.DataType, right: pa.DataType, where: str) -> str:
-    """The kind both sides of an equi-join are coded in; QueryTypeError if incomparable."""
+def common_kind(left: pa.DataType, right: pa.DataType, where: object) -> str:
+    """The kind both sides of an equi-join are coded in; QueryTypeError if incomparable.
+
+    ``where`` names the join in the error (a string, or a sqlglot node described lazily).
+    """
     lk, rk = key_kind(left), key_kind(right)
     if lk == rk:
         if lk == KIND_DICT and not _same_dict_family(left, right):
-            raise QueryTypeError(f"cannot join {left} with {right} in {where}")
+            raise QueryTypeError(f"cannot join {left} with {right} in {_place(where)}")
         if lk == KIND_INT and pa.types.is_date(left) != pa.types.is_date(right):
-            raise QueryTypeError(f"cannot join {left} with {right} in {where}")
+            raise QueryTypeError(f"cannot join {left} with {right} in {_place(where)}")
         return lk
     if {lk, rk} == {KIND_INT, KIND_FLOAT} and not (
         pa.types.is_date(left) or pa.types.is_date(right)
     ):
         return KIND_FLOAT
-    raise QueryTypeError(f"cannot join {left} with {right} in {where}")
+    raise QueryTypeError(f"cannot join {left} with {right} in {_place(where)}")
+
+
+def _place(where: object) -> str:
+    return where if isinstance(where, str) else describe(where)
 
 
 def _same_dict_family(a: pa.DataType, b: pa.DataType) -> bool:
