@@ -30,15 +30,16 @@ class SortedRunIndex:
     def insert(self, keys: np.ndarray, positions: np.ndarray) -> None:
         if len(keys) == 0:
             return
-        order = np.argsort(keys, kind="stable")
-        self._runs.append(_Run(keys[order], positions[order]))
+        self._runs.append(_Run.of(keys, positions))
         while len(self._runs) >= 2 and 2 * len(self._runs[-1].keys) >= len(self._runs[-2].keys):
             upper = self._runs.pop()
             lower = self._runs.pop()
-            keys_all = np.concatenate([lower.keys, upper.keys])
-            pos_all = np.concatenate([lower.positions, upper.positions])
-            order = np.argsort(keys_all, kind="stable")  # timsort: two runs merge in O(n)
-            self._runs.append(_Run(keys_all[order], pos_all[order]))
+            self._runs.append(
+                _Run.of(
+                    np.concatenate([lower.keys, upper.keys]),
+                    np.concatenate([lower.positions, upper.positions]),
+                )
+            )
 
     def probe(self, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         probe_parts: list[np.ndarray] = []
@@ -71,15 +72,33 @@ class _Run:
 
     __slots__ = ("keys", "low", "offsets", "positions")
 
-    def __init__(self, keys: np.ndarray, positions: np.ndarray) -> None:
-        self.keys = keys
+    def __init__(
+        self, keys: np.ndarray, positions: np.ndarray, low: int, offsets: np.ndarray | None
+    ) -> None:
+        self.keys = keys  # sorted
         self.positions = positions
-        self.offsets: np.ndarray | None = None
-        self.low = int(keys[0])
-        span = int(keys[-1]) - self.low + 1
-        if 0 < span <= 4 * len(keys) + 1024:
-            # offsets[k - low] .. offsets[k - low + 1]: where key k's entries are.
-            self.offsets = np.searchsorted(keys, np.arange(self.low, self.low + span + 1))
+        self.low = low
+        self.offsets = offsets  # offsets[k - low] .. offsets[k - low + 1]: key k's entries
+
+    @classmethod
+    def of(cls, keys: np.ndarray, positions: np.ndarray) -> _Run:
+        """Sort ``keys`` (with their positions) into a run; O(n) for dense unique keys."""
+        low, high = int(keys.min()), int(keys.max())
+        span = high - low + 1
+        if span > 4 * len(keys) + 1024:  # sparse: comparison sort, binary search later
+            order = np.argsort(keys, kind="stable")
+            return cls(keys[order], positions[order], low, None)
+        slot = keys - low
+        counts = np.bincount(slot, minlength=span)
+        offsets = np.zeros(span + 1, dtype=np.int64)
+        np.cumsum(counts, out=offsets[1:])
+        if counts.max() <= 1:  # unique keys (a primary key): scatter, no sort
+            where = np.full(span, -1, dtype=np.int64)
+            where[slot] = np.arange(len(keys), dtype=np.int64)
+            order = where[where >= 0]
+        else:
+            order = np.argsort(slot, kind="stable")
+        return cls(keys[order], positions[order], low, offsets)
 
     def bounds(self, probe: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Per probe key, [lo, hi) of its entries in this run."""

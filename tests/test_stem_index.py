@@ -93,3 +93,18 @@ def test_common_kind_rejects_incomparable_types():
         common_kind(pa.string(), pa.int64(), "'a.s = b.i'")
     with pytest.raises(QueryTypeError):
         common_kind(pa.date32(), pa.int64(), "x")
+
+
+@settings(max_examples=50, deadline=None)
+@given(n=st.integers(1, 300), seed=st.integers(0, 2**32 - 1), offset=st.integers(-1000, 1000))
+def test_unique_dense_keys_scatter_path_matches_brute_force(n, seed, offset):
+    rng = np.random.default_rng(seed)
+    keys = rng.permutation(n).astype(np.int64) + offset  # a primary key: dense and unique
+    index = SortedRunIndex()
+    half = n // 2
+    index.insert(keys[:half], np.arange(half, dtype=np.int64))
+    index.insert(keys[half:], np.arange(half, n, dtype=np.int64))
+    probe = rng.integers(offset - 5, offset + n + 5, size=50).astype(np.int64)
+    probe_idx, pos = index.probe(probe)
+    got = set(zip(probe_idx.tolist(), pos.tolist(), strict=True))
+    assert got == brute_force(keys.tolist(), probe.tolist())
