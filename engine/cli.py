@@ -18,7 +18,7 @@ import decimal
 import os
 import pathlib
 import sys
-from collections import Counter, defaultdict
+from collections import Counter
 from collections.abc import Sequence
 from typing import Any
 
@@ -357,10 +357,6 @@ def print_result(console: Console, table: pa.Table, limit: int, *, footer: str =
         )
 
 
-def _signature(names: Sequence[str]) -> str:
-    return "{" + ", ".join(names) + "}" if names else "{}"
-
-
 def _predicate_labels(stats: Any) -> dict[str, str]:
     """``{"sm1": "w.wind_speed > 25", ...}`` from the run's query graph, if it has one."""
     graph = getattr(stats, "graph", None)
@@ -417,11 +413,8 @@ def print_routing_stats(console: Console, stats: RunStats, *, max_signatures: in
 
     # Routing choices per signature: the tuples of one signature (tables spanned, Done
     # set) and how many of them went to each destination.
-    choices: dict[tuple[tuple[str, ...], tuple[str, ...]], Counter[str]] = defaultdict(Counter)
-    decisions = 0
-    for event in stats.routing:
-        choices[(tuple(event.span), tuple(event.done))][event.destination] += event.tuples
-        decisions += 1
+    choices = {key: Counter(per_dest) for key, per_dest in stats.routing_summary().items()}
+    decisions = stats.decisions
     routing = Table(
         title=f"routing choices per signature ({decisions:,} decisions)",
         title_justify="left",
@@ -433,22 +426,23 @@ def print_routing_stats(console: Console, stats: RunStats, *, max_signatures: in
     routing.add_column("done")
     routing.add_column("tuples", justify="right")
     routing.add_column("sent to (share of tuples)")
-    ranked = sorted(choices.items(), key=lambda kv: (len(kv[0][0]), len(kv[0][1]), kv[0]))
+    ranked = sorted(
+        choices.items(), key=lambda kv: (kv[0][0].count(","), kv[0][1].count(","), kv[0])
+    )
     for (span, done), counter in ranked[:max_signatures]:
         total = sum(counter.values())
         sent = ", ".join(
             f"{dest} {count / total:.0%}" if total else dest
             for dest, count in counter.most_common()
         )
-        routing.add_row(_signature(span), _signature(done), f"{total:,}", sent)
+        routing.add_row(f"{{{span}}}", "{}" if done == "-" else f"{{{done}}}", f"{total:,}", sent)
     console.print(routing)
     if len(ranked) > max_signatures:
         console.print(Text(f"… {len(ranked) - max_signatures} more signatures", style="dim"))
     console.print(
         Text(
             "span: the aliases a tuple covers; done: the predicates it has passed (its Done "
-            "bits). A singleton row counts its tuples both before and after their build "
-            "into the table's SteM.",
+            "bits); (unbuilt): singletons not yet built into their table's SteM.",
             style="dim",
         )
     )

@@ -78,6 +78,11 @@ class RunStats:
         self._tuples.append(tuples)
 
     @property
+    def decisions(self) -> int:
+        """How many routing decisions the eddy made."""
+        return len(self._dest)
+
+    @property
     def routing(self) -> list[RoutingEvent]:
         """All routing decisions, in order."""
         g = self.graph
