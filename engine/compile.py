@@ -71,6 +71,38 @@ def _is_int(v: Any) -> bool:
     return pa.types.is_integer(v.type)
 
 
+def _nan_aware(kernel_name: str) -> Callable[[Any, Any], Any]:
+    """A comparison with DuckDB's NaN order: NaN equals NaN and is above every number.
+
+    Arrow compares NaN as IEEE does (always false); the extra terms fix that and keep
+    NULL propagating (every term is NULL or false where an operand is NULL).
+    """
+    kernel = getattr(pc, kernel_name)
+
+    def fn(a: Any, b: Any) -> Any:
+        a, b = _unify_null(a, b)
+        a, b = _unify_temporal(a, b)
+        plain = kernel(a, b)
+        if not (pa.types.is_floating(a.type) or pa.types.is_floating(b.type)):
+            return plain
+        a_nan = pc.is_nan(a) if pa.types.is_floating(a.type) else pa.scalar(False)
+        b_nan = pc.is_nan(b) if pa.types.is_floating(b.type) else pa.scalar(False)
+        both = pc.and_kleene(a_nan, b_nan)
+        if kernel_name == "equal":
+            return pc.or_kleene(plain, both)
+        if kernel_name == "not_equal":
+            return pc.and_kleene(plain, pc.invert(both))
+        if kernel_name == "greater":
+            return pc.or_kleene(plain, pc.and_kleene(a_nan, pc.invert(b_nan)))
+        if kernel_name == "greater_equal":
+            return pc.or_kleene(plain, a_nan)
+        if kernel_name == "less":
+            return pc.or_kleene(plain, pc.and_kleene(pc.invert(a_nan), b_nan))
+        return pc.or_kleene(plain, b_nan)  # less_equal
+
+    return fn
+
+
 def _divide(a: Any, b: Any) -> Any:
     a, b = _unify_null(a, b)
     a = pc.cast(a, pa.float64()) if not pa.types.is_floating(a.type) else a
@@ -107,12 +139,12 @@ _BINARY: dict[type, Callable[[Any, Any], Any]] = {
     exp.Div: _divide,
     exp.Mod: _modulo,
     exp.IntDiv: _integer_divide,
-    exp.EQ: _binary(pc.equal, temporal=True),
-    exp.NEQ: _binary(pc.not_equal, temporal=True),
-    exp.GT: _binary(pc.greater, temporal=True),
-    exp.GTE: _binary(pc.greater_equal, temporal=True),
-    exp.LT: _binary(pc.less, temporal=True),
-    exp.LTE: _binary(pc.less_equal, temporal=True),
+    exp.EQ: _nan_aware("equal"),
+    exp.NEQ: _nan_aware("not_equal"),
+    exp.GT: _nan_aware("greater"),
+    exp.GTE: _nan_aware("greater_equal"),
+    exp.LT: _nan_aware("less"),
+    exp.LTE: _nan_aware("less_equal"),
     exp.And: _binary(pc.and_kleene),
     exp.Or: _binary(pc.or_kleene),
     exp.DPipe: _binary(lambda a, b: pc.binary_join_element_wise(a, b, "")),
@@ -159,6 +191,13 @@ def _cast(target: pa.DataType) -> Callable[[Any], Any]:
         return pc.cast(v, target)
 
     return fn
+
+
+def _not(v: Any) -> Any:
+    """Kleene NOT; a bare NULL (typed null) is a NULL boolean."""
+    if v.type == pa.null():
+        v = v.cast(pa.bool_())
+    return pc.invert(v)
 
 
 def _in_list(value: Any, *items: Any) -> Any:
@@ -256,7 +295,7 @@ def compile_expr(node: exp.Expression, scope: Scope) -> Expr:
     """Compile one sqlglot scalar expression; aggregates are the caller's to replace first."""
     expr = _compile(node, scope)
     if node.args.get("negate"):  # sqlglot marks NOT LIKE / NOT IN / ... with a flag
-        return Call(pc.invert, [expr], _LazySql(node))
+        return Call(_not, [expr], _LazySql(node))
     return expr
 
 
@@ -302,7 +341,7 @@ def _compile(node: exp.Expression, scope: Scope) -> Expr:
     if isinstance(node, exp.Neg):
         return Call(pc.negate_checked, [sub(node.this)], sql)
     if isinstance(node, exp.Not):
-        return Call(pc.invert, [sub(node.this)], sql)
+        return Call(_not, [sub(node.this)], sql)
     if isinstance(node, exp.Is):
         if isinstance(node.expression, exp.Null):
             return Call(pc.is_null, [sub(node.this)], sql)

@@ -225,6 +225,8 @@ def check_types(expr: Expr, types: Mapping[Any, pa.DataType], where: Any) -> pa.
 
 def mask_of(values: pa.Array) -> np.ndarray:
     """WHERE semantics: a boolean NumPy mask where only TRUE keeps a row (NULL drops it)."""
+    if values.type == pa.null():  # WHERE NULL: no row is TRUE
+        return np.zeros(len(values), dtype=bool)
     if not pa.types.is_boolean(values.type):
         raise QueryTypeError(f"a predicate must be boolean, got {values.type}")
     if values.null_count:

@@ -59,7 +59,13 @@ class Finalizer:
             exprs = spec.group + [a.arg for a in spec.aggregates]
             names = [f"__g{i}" for i in range(len(spec.group))]
             names += [f"__a{j}" for j in range(len(spec.aggregates))]
-            self._collected.append(await self._project(exprs, env, n, names))
+            pre = await self._project(exprs, env, n, names)
+            columns = [_group_value(c) for c in pre.columns[: len(spec.group)]]
+            columns += [
+                _aggregate_input(c, a.function)
+                for c, a in zip(pre.columns[len(spec.group) :], spec.aggregates, strict=True)
+            ]
+            self._collected.append(pa.RecordBatch.from_arrays(columns, names=names))
             return []
         if not spec.streaming:
             exprs = spec.select + [o[0] for o in spec.order]
@@ -173,9 +179,35 @@ def _scalar_aggregate(values: pa.ChunkedArray, function: str) -> Any:
     return pc.max(values).as_py()
 
 
+def _group_value(values: pa.Array) -> pa.Array:
+    """A value as grouping sees it: -0.0 is 0.0 (in SQL they are one group)."""
+    if pa.types.is_floating(values.type):
+        return pc.add(values, pa.scalar(0.0, values.type))  # IEEE: -0.0 + 0.0 = +0.0
+    return values
+
+
+def _aggregate_input(values: pa.Array, function: str) -> pa.Array:
+    """Types as DuckDB aggregates them: AVG(decimal) is a double, SUM(decimal) widens to 38
+    digits, COUNT(DISTINCT) folds -0.0 onto 0.0."""
+    if pa.types.is_decimal(values.type):
+        if function == "mean":
+            return values.cast(pa.float64())
+        if function == "sum":
+            return values.cast(pa.decimal128(38, values.type.scale))
+    if function == "count_distinct":
+        return _group_value(values)
+    return values
+
+
 def _distinct(table: pa.Table) -> pa.Table:
     if table.num_rows == 0:
         return table
+    table = pa.table(
+        {
+            name: _group_value(col.combine_chunks())
+            for name, col in zip(table.column_names, table.columns, strict=True)
+        }
+    )
     return table.group_by(table.column_names, use_threads=False).aggregate([])
 
 

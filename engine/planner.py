@@ -493,6 +493,6 @@ def _aggregate_type(call: AggregateCall, types: dict, node: exp.Expression) -> p
         if pa.types.is_floating(arg_type):
             return pa.float64()
         if pa.types.is_decimal(arg_type):
-            return arg_type
+            return pa.decimal128(38, arg_type.scale)
         raise QueryTypeError(f"SUM needs a number: {describe(node)} is over {arg_type}")
     return arg_type

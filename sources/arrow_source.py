@@ -42,6 +42,10 @@ class TableSource:
     rate: float | None = None
     delay: float = 0.0
 
+    def plain(self, batch: pa.RecordBatch) -> pa.RecordBatch:
+        """A batch in :attr:`schema` (dictionary-encoded columns decoded)."""
+        return batch if batch.schema == self.schema else batch.cast(self.schema)
+
     def new_store(self) -> TableStore:
         if self.table is not None:
             return TableStore.preloaded(self.name, self.table)
@@ -61,8 +65,24 @@ class TableSource:
         else:
             raise DataSourceError(f"table {self.name!r}: a RecordBatchReader can be scanned once")
         for batch in batches:
+            batch = self.plain(batch)
             for start in range(0, batch.num_rows, batch_size):
                 yield batch.slice(start, batch_size)
+
+
+def plain_schema(schema: pa.Schema) -> pa.Schema:
+    """``schema`` with dictionary-encoded columns (pandas categoricals, Parquet
+    dictionaries) as their value type: Arrow kernels such as LIKE and the join-key
+    encodings work on plain arrays, and a dictionary column must join a plain one."""
+    return pa.schema(
+        [f.with_type(f.type.value_type) if pa.types.is_dictionary(f.type) else f for f in schema],
+        metadata=schema.metadata,
+    )
+
+
+def _plain_table(table: pa.Table) -> pa.Table:
+    schema = plain_schema(table.schema)
+    return table if schema == table.schema else table.cast(schema)
 
 
 def _is_parquet(path: pathlib.Path) -> bool:
@@ -88,14 +108,16 @@ def make_source(
     if isinstance(data, pa.RecordBatch):
         data = pa.Table.from_batches([data])
     if isinstance(data, pa.Table):
+        data = _plain_table(data)
         return TableSource(name, data.schema, table=data.combine_chunks(), **options)
     if isinstance(data, pa.RecordBatchReader):
-        return TableSource(name, data.schema, reader=data, **options)
+        return TableSource(name, plain_schema(data.schema), reader=data, **options)
     if _is_pandas(data):
         try:
             table = pa.Table.from_pandas(data, preserve_index=False)
         except (pa.ArrowInvalid, pa.ArrowTypeError) as exc:
             raise DataSourceError(f"table {name!r}: cannot convert the DataFrame: {exc}") from exc
+        table = _plain_table(table)
         return TableSource(name, table.schema, table=table, **options)
     if isinstance(data, str | os.PathLike):
         path = pathlib.Path(data)
@@ -114,7 +136,7 @@ def make_source(
                 )
         except (pa.ArrowInvalid, OSError) as exc:
             raise DataSourceError(f"table {name!r}: cannot read {str(path)!r}: {exc}") from exc
-        return TableSource(name, schema, path=path, **options)
+        return TableSource(name, plain_schema(schema), path=path, **options)
     raise DataSourceError(
         f"table {name!r}: unsupported data of type {type(data).__name__}; pass a pyarrow "
         "Table or RecordBatchReader, a pandas DataFrame, or a Parquet/CSV path"
