@@ -18,7 +18,7 @@ import trio
 from eddies.engine.catalog import Catalog
 from eddies.engine.finalize import Finalizer
 from eddies.engine.planner import Plan, plan_query
-from eddies.engine.run import RunOptions, run_plan
+from eddies.engine.run import RunOptions, run_plan, seed_scheduler
 from eddies.router.stats import RunStats
 
 log = structlog.get_logger("eddies.engine")
@@ -122,6 +122,8 @@ async def open_query(
     plan = plan_query(sql, catalog)
     options = _options(policy, batch_size, seed, debug, order, window, queue_capacity)
     stats = RunStats(plan.graph, plan.destinations)
+    if seed is not None:
+        seed_scheduler(seed)
     send, receive = trio.open_memory_channel(RESULT_BUFFER)
     log.info(
         "query started",
@@ -183,7 +185,9 @@ def run_query(
     policy: one of ``static``, ``random``, ``naive``, ``lottery``, ``lottery-window``
     (eddies-2000 §4); order: destination names for ``static`` (see :func:`explain`);
     window: seconds per ticket window for ``lottery-window``; batch_size: rows per scan
-    batch (1 = the per-tuple eddy of the paper); seed: makes random choices repeatable;
+    batch (1 = the per-tuple eddy of the paper); seed: makes the policy's draws and the
+    task scheduling repeatable, so a run routes the same way again (not with sync UDFs or
+    lottery-window, which depend on timing);
     debug: check the routing constraints on every step; queue_capacity: batches per module
     input queue. Raises a subclass of EddiesError for bad input.
     """

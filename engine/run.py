@@ -61,6 +61,24 @@ class RunOptions:
             raise EddiesError(f"queue_capacity must be >= 1, got {self.queue_capacity!r}")
 
 
+def seed_scheduler(seed: int) -> None:
+    """Make trio's scheduling order repeatable, so a seeded run routes the same way again.
+
+    Routing under back-pressure depends on which task runs when, and trio deliberately
+    shuffles each batch of runnable tasks with a module-level RNG. There is no public hook;
+    if trio's internals change, runs are simply not repeatable (nothing breaks). Runs with
+    sync UDFs (worker threads) or ``lottery-window`` (wall-clock windows) depend on timing
+    and are not repeatable either way.
+    """
+    try:
+        from trio._core import _run as trio_run
+    except ImportError:  # pragma: no cover - trio reorganized
+        return
+    rng = getattr(trio_run, "_r", None)
+    if rng is not None and hasattr(rng, "seed"):
+        rng.seed(seed)
+
+
 async def run_plan(
     plan: Plan, options: RunOptions, results: trio.MemorySendChannel, stats: RunStats
 ) -> None:
