@@ -184,11 +184,11 @@ def evaluate(expr: Expr, env: Env, n: int) -> pa.Array:
     return broadcast(expr.eval(env, n), n)
 
 
-async def evaluate_async(expr: Expr, env: Env, n: int, *, threads: bool = True) -> pa.Array:
+async def evaluate_async(expr: Expr, env: Env, n: int) -> pa.Array:
     """Evaluate with UDFs: each UDF call (innermost first) is computed, then bound into env.
 
-    Sync UDFs run in a worker thread (``trio.to_thread``) when ``threads`` so an expensive
-    predicate does not stall the eddy; async ones are awaited on the trio thread.
+    Sync UDFs run in a worker thread (``trio.to_thread``) so an expensive predicate does
+    not stall the eddy; async ones are awaited on the trio thread.
     """
     calls = expr.udf_calls()
     if calls:
@@ -197,10 +197,8 @@ async def evaluate_async(expr: Expr, env: Env, n: int, *, threads: bool = True) 
             args = [a.eval(env, n) for a in call.args]
             if call.spec.is_async:
                 env[call] = await call.compute_async(args, n)
-            elif threads:
-                env[call] = await trio.to_thread.run_sync(call.compute_sync, args, n)
             else:
-                env[call] = call.compute_sync(args, n)
+                env[call] = await trio.to_thread.run_sync(call.compute_sync, args, n)
     return evaluate(expr, env, n)
 
 

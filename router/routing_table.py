@@ -68,10 +68,6 @@ class RoutingTable:
             found = self._entries[sig] = self._compute(sig)
         return found
 
-    def entries(self) -> dict[Signature, RouteEntry]:
-        """The entries computed so far (explain fills in those of the start signatures)."""
-        return dict(self._entries)
-
     def _compute(self, sig: Signature) -> RouteEntry:
         graph = self.graph
         if sig.span == graph.all_aliases and sig.done == graph.all_predicates:

@@ -78,12 +78,3 @@ def singleton_batch(alias: int, row_ids: np.ndarray, built: bool) -> TupleBatch:
     """New singleton tuples of one base table, as a scan AM emits them."""
     ts = np.full(len(row_ids), UNBUILT_TS, dtype=np.int64)
     return TupleBatch(Signature(1 << alias, 0, built), {alias: row_ids}, ts)
-
-
-def concat_batches(batches: list[TupleBatch]) -> TupleBatch:
-    """Concatenate batches that share one signature (used to coalesce small batches)."""
-    first = batches[0]
-    if len(batches) == 1:
-        return first
-    rows = {a: np.concatenate([b.rows[a] for b in batches]) for a in first.rows}
-    return TupleBatch(first.signature, rows, np.concatenate([b.ts for b in batches]))
