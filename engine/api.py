@@ -16,6 +16,7 @@ import structlog
 import trio
 
 from eddies.engine.catalog import Catalog
+from eddies.engine.errors import EddiesError
 from eddies.engine.finalize import Finalizer
 from eddies.engine.planner import Plan, plan_query
 from eddies.engine.run import RunOptions, run_plan, seed_scheduler
@@ -191,6 +192,11 @@ def run_query(
     debug: check the routing constraints on every step; queue_capacity: batches per module
     input queue. Raises a subclass of EddiesError for bad input.
     """
+    if trio.lowlevel.in_trio_run():
+        raise EddiesError(
+            "run_query()/execute() start their own trio loop and cannot run inside one; "
+            "inside trio use `async with open_query(sql, catalog) as results`"
+        )
     options = dict(
         policy=policy,
         batch_size=batch_size,

@@ -199,3 +199,10 @@ def test_a_seed_makes_routing_repeatable(policy):
     first = routing()
     assert len(first[0]) > 50
     assert routing() == first
+
+
+async def test_execute_inside_trio_names_open_query():
+    cat = Catalog()
+    cat.add_table("r", T["r"])
+    with pytest.raises(EddiesError, match="open_query"):
+        execute("SELECT * FROM r", cat)
