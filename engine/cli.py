@@ -175,13 +175,7 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="FILE",
         help="write the result to FILE.parquet or FILE.csv instead of printing it",
     )
-    query.add_argument(
-        "--limit-print",
-        type=_non_negative_int,
-        default=20,
-        metavar="N",
-        help="print at most N result rows (default: 20)",
-    )
+    _limit_print_option(query, default=20)
     query.set_defaults(handler=_cmd_query)
 
     demo = sub.add_parser(
@@ -199,15 +193,19 @@ def build_parser() -> argparse.ArgumentParser:
         default=True,
         help="print module and routing statistics (default: on)",
     )
-    demo.add_argument(
-        "--limit-print",
-        type=_non_negative_int,
-        default=15,
-        metavar="N",
-        help="print at most N result rows (default: 15)",
-    )
+    _limit_print_option(demo, default=15)
     demo.set_defaults(handler=_cmd_demo)
     return parser
+
+
+def _limit_print_option(parser: argparse.ArgumentParser, default: int) -> None:
+    parser.add_argument(
+        "--limit-print",
+        type=_non_negative_int,
+        default=default,
+        metavar="N",
+        help=f"print at most N result rows (default: {default})",
+    )
 
 
 def _version() -> str:
