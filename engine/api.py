@@ -52,6 +52,7 @@ class QueryResults:
         self._receive = receive
         self._finalizer = Finalizer(plan.finalize, plan.output_columns)
         self._stop = stop
+        self.exhausted = False  # the eddy finished and every result was taken
 
     def __aiter__(self) -> AsyncIterator[pa.RecordBatch]:
         return self._batches()
@@ -70,6 +71,7 @@ class QueryResults:
         for out in await finalizer.finish():
             self.stats.rows_out += out.num_rows
             yield out
+        self.exhausted = True
 
 
 def _options(
@@ -144,7 +146,8 @@ async def open_query(
             try:
                 yield results
             finally:
-                stop.cancel()
+                if not results.exhausted:  # left early (or LIMIT): stop the query's tasks
+                    stop.cancel()
     except BaseExceptionGroup as group:
         raise _unwrap(group) from None
     log.info("query finished", rows=stats.rows_out, seconds=round(stats.elapsed_seconds, 4))

@@ -120,9 +120,11 @@ class SteM(Module):
         self.indexes = {cols: ColumnIndex(cols, kinds) for cols, kinds in index_kinds.items()}
         self.build_destination = build_destination
         self.probe_targets = probe_targets
-        self._rows = GrowableArray(np.int64)
-        self._ts = GrowableArray(np.int64)
-        self._done = GrowableArray(np.uint64)
+        # Sized for the whole table when it is known, so builds never copy on growth.
+        capacity = max(1024, self.store.preloaded_rows or 0)
+        self._rows = GrowableArray(np.int64, capacity)
+        self._ts = GrowableArray(np.int64, capacity)
+        self._done = GrowableArray(np.uint64, capacity)
 
     def __len__(self) -> int:
         return len(self._rows)
