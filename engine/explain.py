@@ -21,20 +21,38 @@ def _successors(plan: Plan, table: RoutingTable, sig: Signature) -> list[Signatu
     graph = plan.graph
     out: list[Signature] = []
     entry = table.entry(sig)
-    for dest_id, edge in zip(entry.destinations, entry.edges, strict=True):
+    steps = [
+        (d, entry.edge_of(d))
+        for top in entry.destinations
+        for d in entry.alternatives.get(top, (top,))
+    ]
+    for dest_id, edge in steps:
         dest = plan.destinations[dest_id]
-        if dest.kind == "build":
+        if dest.kind == "lookup":
+            if sig.prior:
+                continue  # a prior prober ends at the AM
+            out.append(Signature(sig.span, sig.done, True, 0, sig.looked | 1 << dest.target_alias))
+        elif dest.kind == "build":
             out += [
                 Signature(1 << a, sig.done if len(graph.aliases_of(dest.table)) == 1 else 0, True)
                 for a in graph.aliases_of(dest.table)
             ]
         elif dest.kind == "sm":
-            out.append(
-                Signature(sig.span, sig.done | graph.predicates[dest.predicate].bit, sig.built)
-            )
+            bit = graph.predicates[dest.predicate].bit
+            out.append(Signature(sig.span, sig.done | bit, sig.built, sig.prior, sig.looked))
         elif dest.kind == "probe":
             bit = graph.predicates[edge].bit if edge is not None else 0
-            out.append(Signature(sig.span | 1 << dest.target_alias, sig.done | bit, True))
+            looked = sig.looked & ~(1 << dest.target_alias)
+            out.append(
+                Signature(sig.span | 1 << dest.target_alias, sig.done | bit, True, 0, looked)
+            )
+            if (
+                edge is not None
+                and not graph.has_scan(dest.table)
+                and graph.bindable(graph.predicates[edge].edge, dest.target_alias)
+            ):
+                prior = 1 << dest.target_alias
+                out.append(Signature(sig.span, sig.done, True, prior, sig.looked))
     return out
 
 
@@ -42,10 +60,26 @@ def explain_plan(plan: Plan) -> str:
     """The text of :func:`explain` for an already planned query."""
     graph = plan.graph
     lines = ["eddy plan", "", "access modules (AMs):"]
-    for table, source in plan.sources.items():
+    for table, entry in plan.tables.items():
         aliases = ", ".join(a.name for a in graph.aliases if a.table == table)
-        where = source.path or ("in-memory table" if source.table is not None else "stream")
-        lines.append(f"  scan:{table}  ({where}; aliases: {aliases})")
+        for source in entry.scans:
+            where = source.path or (
+                "in-memory table"
+                if source.table is not None
+                else "paged source"
+                if source.pages is not None
+                else "stream"
+            )
+            name = source.access_name or table
+            lines.append(f"  scan:{name}  ({where}; table {table}; aliases: {aliases})")
+        for index in entry.indexes:
+            lines.append(
+                f"  am:{index.name}  (index on ({', '.join(index.on)}), up to "
+                f"{index.max_concurrency} lookups in flight; table {table}; aliases: {aliases})"
+            )
+        if entry.deduplicates:
+            key = ", ".join(entry.key) if entry.key else "all columns"
+            lines.append(f"    competing AMs of {table}: duplicates removed by ({key})")
     lines.append("")
     lines.append("SteMs:" if graph.stem_tables else "SteMs: none (one table: no joins)")
     for table in graph.stem_tables:
@@ -72,10 +106,19 @@ def explain_plan(plan: Plan) -> str:
             continue
         seen.add(sig)
         entry = table.entry(sig)
-        names = [plan.destinations[d].name for d in entry.destinations]
+        names = [
+            "{" + " / ".join(plan.destinations[a].name for a in entry.alternatives[d]) + "}"
+            if d in entry.alternatives
+            else plan.destinations[d].name
+            for d in entry.destinations
+        ]
         span = ",".join(graph.alias_names(sig.span))
         done = ",".join(graph.predicate_names(sig.done)) or "-"
         built = "" if sig.built else " (unbuilt)"
+        if sig.prior:
+            built += f" (prior prober of {','.join(graph.alias_names(sig.prior))})"
+        if sig.looked:
+            built += f" (looked up {','.join(graph.alias_names(sig.looked))})"
         lines.append(f"  span {{{span}}}{built} done {{{done}}} -> {' | '.join(names)}")
         queue.extend(s for s in _successors(plan, table, sig) if s not in seen)
     if queue:

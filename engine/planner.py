@@ -11,6 +11,11 @@ leaves every ordering decision to the eddy. Classification of WHERE conjuncts:
   becomes an SM over composite tuples);
 * an edge that closes a cycle is evaluated as an SM when a tuple spans both its sides.
 
+Every AM of every table is used (stems-2003 §2.2 step 2), after checking that the query
+can run at all given the bind-field constraints of index AMs (step 1, Nail's algorithm:
+a table is reachable if it has a scan AM, or an index AM whose bind columns an equi-join
+with a reachable table binds).
+
 Aggregation, HAVING, DISTINCT, ORDER BY and LIMIT run above the eddy, as in the PostgreSQL
 implementation (eddies-in-postgresql §2).
 """
@@ -22,7 +27,7 @@ from dataclasses import dataclass, field
 import pyarrow as pa
 from sqlglot import exp
 
-from eddies.engine.catalog import Catalog
+from eddies.engine.catalog import Catalog, CatalogTable
 from eddies.engine.compile import compile_expr
 from eddies.engine.errors import (
     QueryTypeError,
@@ -34,9 +39,8 @@ from eddies.engine.errors import (
 from eddies.engine.expressions import ColumnRef, Expr, FunctionSpec, check_types
 from eddies.engine.sql import QueryBlock, parse_query
 from eddies.modules.key_encoding import KIND_FLOAT, common_kind, key_kind
-from eddies.router.query_graph import AliasInfo, Edge, Predicate, QueryGraph
+from eddies.router.query_graph import AccessInfo, AliasInfo, Edge, Predicate, QueryGraph
 from eddies.router.routing_table import Destination
-from eddies.sources.arrow_source import TableSource
 
 #: Most predicates a query may have: Done bits are kept in one 63-bit mask.
 MAX_PREDICATES = 62
@@ -153,7 +157,7 @@ class Plan:
     sql: str
     graph: QueryGraph
     destinations: list[Destination]
-    sources: dict[str, TableSource]
+    tables: dict[str, CatalogTable]
     index_kinds: dict[str, dict[tuple[str, ...], tuple[str, ...]]]
     output_columns: list[tuple[int, str]]
     finalize: FinalizeSpec
@@ -163,7 +167,7 @@ def plan_query(sql: str, catalog: Catalog) -> Plan:
     """Parse, resolve, type-check and plan ``sql``. Raises a subclass of EddiesError."""
     block = parse_query(sql)
     aliases: list[AliasInfo] = []
-    sources: dict[str, TableSource] = {}
+    sources: dict[str, CatalogTable] = {}
     for ref in block.tables:
         if not catalog.has_table(ref.name):
             raise UnknownTableError(
@@ -179,9 +183,12 @@ def plan_query(sql: str, catalog: Catalog) -> Plan:
     types = scope.types()
 
     predicates = _plan_predicates(block, scope, types)
-    graph = QueryGraph(aliases, predicates)
+    graph = QueryGraph(aliases, predicates, access=_access_methods(sources))
+    _check_bindings(graph, block)
     if len(aliases) > 1:
         graph.stem_tables = list(dict.fromkeys(a.table for a in aliases))
+    elif graph.strict_build_first(aliases[0].table):  # competing AMs: dedup in the SteM
+        graph.stem_tables = [aliases[0].table]
     index_kinds = _index_kinds(graph, scope)
     finalize = _plan_finalize(block, scope, types, catalog.functions)
     # Base columns the finalizer reads; post-aggregate keys are strings, not (alias, column).
@@ -249,6 +256,60 @@ def _plan_predicates(
     return predicates
 
 
+def _access_methods(tables: dict[str, CatalogTable]) -> list[AccessInfo]:
+    access: list[AccessInfo] = []
+    for name, table in tables.items():
+        for scan in table.scans:
+            access.append(AccessInfo(len(access), scan.access_name or name, name, "scan"))
+        for index in table.indexes:
+            access.append(AccessInfo(len(access), index.name, name, "index", index.on))
+    return access
+
+
+def _check_bindings(graph: QueryGraph, block: QueryBlock) -> None:
+    """Fail clearly if some alias can never get rows (stems-2003 §2.2 step 1, as in Nail).
+
+    An alias is reachable when its table has a scan AM, or an index AM whose bind columns
+    an equi-join edge binds from a reachable alias; repeat until nothing changes.
+    """
+    reachable = {a.index for a in graph.aliases if graph.has_scan(a.table)}
+    changed = True
+    while changed:
+        changed = False
+        for p in graph.predicates:
+            e = p.edge
+            if e is None:
+                continue
+            for target in (e.left, e.right):
+                if (
+                    target not in reachable
+                    and e.other(target) in reachable
+                    and graph.bindable(e, target)
+                ):
+                    reachable.add(target)
+                    changed = True
+    for alias in graph.aliases:
+        if alias.index in reachable:
+            continue
+        needs = " or ".join(
+            f"[{', '.join(a.on)}] ({a.name})" for a in graph.indexes_of(alias.table)
+        )
+        bound = sorted(
+            {
+                c
+                for p in graph.predicates
+                if p.edge is not None and alias.index in (p.edge.left, p.edge.right)
+                for c in p.edge.side(alias.index)
+            }
+        )
+        where = f"binds it only on {bound}" if bound else "binds none of its columns by a join"
+        raise UnsupportedQueryError(
+            f"table {alias.table!r} (as {alias.name!r}) has no scan access method, and its "
+            f"index access methods need bindings for {needs}; the query {where} "
+            "(through an equality with a table it can reach)"
+        )
+
+
 def _index_kinds(graph: QueryGraph, scope: BaseScope) -> dict[str, dict]:
     """Per table, the column lists its SteM indexes and how each column is coded.
 
@@ -272,7 +333,8 @@ def _index_kinds(graph: QueryGraph, scope: BaseScope) -> dict[str, dict]:
 
 
 def _destinations(graph: QueryGraph) -> list[Destination]:
-    """Builds, then SMs, then probes, then output: also the default static order."""
+    """Builds, then SMs, then probes, then lookups, then output: also the default static
+    order."""
     dests: list[Destination] = []
     for table in graph.stem_tables:
         dests.append(
@@ -292,6 +354,19 @@ def _destinations(graph: QueryGraph) -> list[Destination]:
                     target_alias=a.index,
                 )
             )
+        for a in graph.aliases:
+            for am in graph.indexes_of(a.table):
+                dests.append(
+                    Destination(
+                        len(dests),
+                        f"lookup:{am.name}@{a.name}",
+                        "lookup",
+                        f"am:{am.name}",
+                        table=a.table,
+                        target_alias=a.index,
+                        access=am.id,
+                    )
+                )
     dests.append(Destination(len(dests), "output", "output", "output"))
     return dests
 

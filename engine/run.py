@@ -1,8 +1,9 @@
 """Run a plan: create the stores, modules, scan AMs and the eddy, and start them under trio.
 
 One nursery holds the query's long-lived tasks: the eddy, one task per module (SteMs, SMs,
-the output module) and one per scan AM. Modules read bounded channels (``queue_capacity``
-batches each); everything they return flows back to the eddy through one inbox.
+index AMs, the output module) and one per scan AM (a table may have several: mirrors).
+Modules read bounded channels (``queue_capacity`` batches each); everything they return
+flows back to the eddy through one inbox.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import trio
 from eddies.engine.errors import EddiesError
 from eddies.engine.planner import Plan
 from eddies.modules.base import Module
+from eddies.modules.index_am import IndexAM
 from eddies.modules.output import OutputModule
 from eddies.modules.scan import ScanAM
 from eddies.modules.selection import SelectionModule
@@ -84,7 +86,7 @@ async def run_plan(
 ) -> None:
     """Execute ``plan``; complete tuples leave as RecordBatches on ``results`` (closed at end)."""
     graph = plan.graph
-    table_stores = {table: source.new_store() for table, source in plan.sources.items()}
+    table_stores = {table: entry.new_store() for table, entry in plan.tables.items()}
     stores = {a.index: table_stores[a.table] for a in graph.aliases}
     clock = BuildClock()
     capacity = options.queue_capacity or DEFAULT_QUEUE_CAPACITY
@@ -96,7 +98,14 @@ async def run_plan(
         build = next(d.id for d in dests if d.kind == "build")
         probes = {d.id: d.target_alias for d in dests if d.kind == "probe"}
         modules[f"stem:{table}"] = SteM(
-            table, graph, stores, clock, plan.index_kinds[table], build, probes
+            table,
+            graph,
+            stores,
+            clock,
+            plan.index_kinds[table],
+            build,
+            probes,
+            key=plan.tables[table].key,
         )
     for p in graph.predicates:
         modules[p.name] = SelectionModule(p, stores)
@@ -107,23 +116,50 @@ async def run_plan(
         results,
         debug=options.debug,
     )
-    channels = {name: trio.open_memory_channel(capacity) for name in modules}
-    queues = [channels[d.module][0] for d in plan.destinations]
 
     first_alias: dict[str, int] = {}
     for a in graph.aliases:
         first_alias.setdefault(a.table, a.index)
-    scans = [
-        ScanAM(
-            source,
-            first_alias[table],
-            table_stores[table],
-            batch_size,
-            built=table not in graph.stem_tables,
-            stats=stats.module(f"scan:{table}", "scan"),
-        )
-        for table, source in plan.sources.items()
-    ]
+    access_ids = {(am.table, am.name): am.id for am in graph.access}
+    # Set when a scan of the table has delivered every row: its index AMs stop looking up.
+    scanned = {
+        table: trio.Event() for table, entry in plan.tables.items() if entry.scans and entry.indexes
+    }
+    for table, entry in plan.tables.items():
+        for spec in entry.indexes:
+            am = graph.access[access_ids[(table, spec.name)]]
+            targets = {d.id: d.target_alias for d in plan.destinations if d.access == am.id}
+            if targets:  # a single-table query never looks anything up
+                modules[f"am:{spec.name}"] = IndexAM(
+                    spec,
+                    am,
+                    graph,
+                    stores,
+                    table_stores[table],
+                    targets,
+                    first_alias[table],
+                    scanned.get(table),
+                )
+    channels = {name: trio.open_memory_channel(capacity) for name in modules}
+    queues = [channels[d.module][0] for d in plan.destinations]
+
+    scans: list[ScanAM] = []
+    scan_tables: list[str] = []
+    for table, entry in plan.tables.items():
+        for source in entry.scans:
+            name = source.access_name or table
+            scans.append(
+                ScanAM(
+                    source,
+                    first_alias[table],
+                    table_stores[table],
+                    batch_size,
+                    built=table not in graph.stem_tables,
+                    stats=stats.module(f"scan:{name}", "scan"),
+                    access=access_ids[(table, name)],
+                )
+            )
+            scan_tables.append(table)
     policy = make_policy(
         options.policy,
         plan.destinations,
@@ -131,7 +167,7 @@ async def run_plan(
         order=options.order,
         window=options.window,
     )
-    degree = {t: 0 for t in plan.sources}
+    degree = {t: 0 for t in plan.tables}
     for p in graph.predicates:
         if p.edge is not None:
             for alias in (p.edge.left, p.edge.right):
@@ -140,9 +176,11 @@ async def run_plan(
         Source(
             scan.name,
             trio.Semaphore(SOURCE_BUFFER_PER_SCAN),
-            rank=(degree[table], _known_rows(plan.sources[table])),
+            rank=(degree[table], _known_rows(plan.tables[table])),
+            table=table,
+            access=scan.access,
         )
-        for scan, table in zip(scans, plan.sources, strict=True)
+        for scan, table in zip(scans, scan_tables, strict=True)
     ]
     to_eddy, inbox = trio.open_memory_channel(math.inf)
     eddy = Eddy(
@@ -152,6 +190,7 @@ async def run_plan(
         sources,
         stats,
         ConstraintChecker(graph, plan.destinations) if options.debug else None,
+        scanned,
     )
     async with trio.open_nursery() as nursery, to_eddy:
         for name, module in modules.items():
@@ -163,6 +202,6 @@ async def run_plan(
         nursery.start_soon(eddy.run, inbox, name="eddies:eddy")
 
 
-def _known_rows(source) -> float:
-    """Rows of an in-memory table; unknown (a stream or a file) ranks after known sizes."""
-    return source.table.num_rows if source.table is not None else float("inf")
+def _known_rows(table) -> float:
+    """Rows of an in-memory table; unknown (a stream, a file, a web source) ranks last."""
+    return table.table.num_rows if table.table is not None else float("inf")

@@ -43,6 +43,19 @@ class Returned:
     final: bool = True
 
 
+@dataclass(slots=True)
+class AccessFailed:
+    """An AM gave up (past its timeouts and retries): the eddy routes around it.
+
+    access: the AM's id (QueryGraph.access); source: for a scan AM, its index among the
+    eddy's sources (None for index AMs); error: what went wrong, naming the AM and table.
+    """
+
+    access: int
+    error: str
+    source: int | None = None
+
+
 class Module:
     """Base class: subclasses implement :meth:`process`."""
 

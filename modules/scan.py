@@ -5,14 +5,23 @@ is a trio task that reads its source in batches, appends them to the table's sto
 ids are what travels), and hands singleton TupleBatches to the eddy. Admission is through
 the eddy's semaphore, so a busy eddy slows its scans (back-pressure). ``delay`` and ``rate``
 make a source start late or deliver slowly, as in the papers' experiments.
+
+A table may have several scan AMs (mirrors, stems-2003 §3.2). They run at once; their
+copies of a row are removed in the SteM. A scan that fails (its source raises, e.g. a web
+mirror past its retries) tells the eddy with :class:`~eddies.modules.base.AccessFailed`
+instead of ending the query, and the eddy decides: another scan of the table goes on, or
+the query fails naming the source. When one scan of a table finishes, the eddy stops the
+others (``cancel_scope``): everything they would still deliver is a duplicate.
 """
 
 from __future__ import annotations
 
 import numpy as np
+import pyarrow as pa
 import trio
 
 from eddies.engine.errors import DataSourceError
+from eddies.modules.base import AccessFailed
 from eddies.router.eddy import Source, SourceBatch, SourceDone
 from eddies.router.stats import ModuleStats
 from eddies.router.tuple_batch import singleton_batch
@@ -33,8 +42,10 @@ class ScanAM:
         batch_size: int,
         built: bool,
         stats: ModuleStats,
+        access: int = -1,
     ) -> None:
-        self.name = f"scan:{source.name}"
+        self.name = f"scan:{source.access_name or source.name}"
+        self.access = access
         self.source = source
         self.alias = alias
         self.store = store
@@ -45,28 +56,47 @@ class ScanAM:
     async def run(self, to_eddy: trio.MemorySendChannel, source: Source, index: int) -> None:
         """Deliver every batch, each after taking a slot of ``source.admission``."""
         async with to_eddy:
-            if self.source.delay:
-                await trio.sleep(self.source.delay)
-            started = trio.current_time()  # trio's clock: a MockClock drives tests
-            sent = 0
-            async for row_ids in self._row_batches():
-                await source.admission.acquire()
-                await to_eddy.send(
-                    SourceBatch(index, singleton_batch(self.alias, row_ids, self.built))
-                )
-                sent += len(row_ids)
-                self.stats.tuples_out += len(row_ids)
-                self.stats.batches_in += 1
-                if self.source.rate:
-                    await trio.sleep_until(started + sent / self.source.rate)
-            self.stats.busy_seconds = trio.current_time() - started
-            await to_eddy.send(SourceDone(index))
+            with source.cancel_scope:
+                try:
+                    await self._deliver(to_eddy, source, index)
+                except Exception as exc:  # the source failed: the eddy decides what follows
+                    if isinstance(exc, DataSourceError):
+                        error = str(exc)
+                    else:
+                        error = f"reading table {self.source.name!r} failed: {exc!r}"
+                    message = f"scan access method {self.name[5:]!r}: {error}"
+                    await to_eddy.send(AccessFailed(self.access, message, source=index))
+                    return
+                await to_eddy.send(SourceDone(index))
+
+    async def _deliver(self, to_eddy: trio.MemorySendChannel, source: Source, index: int):
+        if self.source.delay:
+            await trio.sleep(self.source.delay)
+        started = trio.current_time()  # trio's clock: a MockClock drives tests
+        sent = 0
+        async for row_ids in self._row_batches():
+            await source.admission.acquire()
+            await to_eddy.send(
+                SourceBatch(index, singleton_batch(self.alias, row_ids, self.built, self.access))
+            )
+            sent += len(row_ids)
+            self.stats.tuples_out += len(row_ids)
+            self.stats.batches_in += 1
+            if self.source.rate:
+                await trio.sleep_until(started + sent / self.source.rate)
+        self.stats.busy_seconds = trio.current_time() - started
 
     async def _row_batches(self):
         preloaded = self.store.preloaded_rows
         if preloaded is not None:
             for start in range(0, preloaded, self.batch_size):
                 yield np.arange(start, min(start + self.batch_size, preloaded), dtype=np.int64)
+            return
+        if self.source.pages is not None:
+            async for page in self.source.pages():
+                for batch in _record_batches(page, self.source):
+                    for start in range(0, batch.num_rows, self.batch_size):
+                        yield self.store.append(batch.slice(start, self.batch_size))
             return
         batches = self.source.open_batches(self.batch_size)
         while True:
@@ -78,3 +108,19 @@ class ScanAM:
                 return
             if batch.num_rows:
                 yield self.store.append(batch)
+
+
+def _record_batches(page, source: TableSource) -> list[pa.RecordBatch]:
+    """A page from an async source as RecordBatches in the table's schema."""
+    if isinstance(page, pa.RecordBatch):
+        page = pa.Table.from_batches([page])
+    if not isinstance(page, pa.Table):
+        raise DataSourceError(
+            f"table {source.name!r}: its pages must be pyarrow Tables or RecordBatches, "
+            f"got {type(page).__name__}"
+        )
+    missing = [n for n in source.schema.names if n not in page.column_names]
+    if missing:
+        raise DataSourceError(f"table {source.name!r}: a page lacks columns {missing}")
+    page = page.select(source.schema.names).cast(source.schema)
+    return [b for b in page.combine_chunks().to_batches() if b.num_rows]

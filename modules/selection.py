@@ -48,7 +48,9 @@ class SelectionModule(Module):
         except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as exc:
             raise QueryTypeError(f"evaluating {self.predicate.sql} failed: {exc}") from exc
         sig = batch.signature
-        passed = Signature(sig.span, sig.done | self.predicate.bit, sig.built)
+        passed = Signature(
+            sig.span, sig.done | self.predicate.bit, sig.built, sig.prior, sig.looked
+        )
         if mask.all():
             return [batch.with_signature(passed)]
         if not mask.any():

@@ -9,9 +9,16 @@ lazily when a probe needs it (a build only appends).
 
 Routing constraints enforced inside the SteM (stems-2003 Table 2):
 
-* **SteM BounceBack** — a build tuple is always bounced back, once per alias of the table
-  (so each alias role can go on to probe); a probe tuple is never bounced back, since with
-  one scan AM per table every match that arrives later will find it (TimeStamp).
+* **SteM BounceBack** — a build tuple is bounced back, once per alias of the table (so each
+  alias role can go on to probe), unless it duplicates a row the SteM holds (tables with
+  competing AMs, §3.2; see :mod:`~eddies.modules.row_identity`). A probe tuple is bounced
+  back only when the table has no scan AM, the probe's join binds one of its index AMs,
+  and no EOT with the probe's bind values is held yet: the SteM may not have all matches,
+  and the tuple goes on as a *prior prober* to an index AM (§3.3–3.4). Otherwise every
+  match that arrives later will find it (TimeStamp).
+* **EOT** — an index AM's matches arrive with the EOT tuples of their lookups (one batch);
+  the SteM builds both at once, so holding an EOT means holding all its matches (§2.1.4).
+  The SteM is then the cache of lookups: later probes with those bind values stay here.
 * **TimeStamp** — building assigns global, increasing timestamps; a probe of tuple t finds
   match u only if key(u) < key(t), where key = ``ts * n_aliases + alias`` (the alias
   tiebreak makes the rule exact for self-joins).
@@ -28,7 +35,16 @@ import numpy as np
 import pyarrow as pa
 
 from eddies.modules.base import Module, Work, run_vectorized
-from eddies.modules.key_encoding import KIND_DICT, KeyDictionary, encode_column, mix_codes, validity
+from eddies.modules.key_encoding import (
+    KIND_DICT,
+    KeyDictionary,
+    encode_column,
+    key_kind,
+    mix_codes,
+    validity,
+)
+from eddies.modules.key_set import KeySet, bind_columns
+from eddies.modules.row_identity import RowIdentity
 from eddies.modules.stem_index import GrowableArray, SortedRunIndex
 from eddies.router.query_graph import Predicate, QueryGraph
 from eddies.router.tuple_batch import Signature, TupleBatch
@@ -107,6 +123,7 @@ class SteM(Module):
         index_kinds: dict[tuple[str, ...], tuple[str, ...]],
         build_destination: int,
         probe_targets: dict[int, int],
+        key: tuple[str, ...] | None = None,
     ) -> None:
         self.name = f"stem:{table}"
         self.table = table
@@ -125,15 +142,33 @@ class SteM(Module):
         self._rows = GrowableArray(np.int64, capacity)
         self._ts = GrowableArray(np.int64, capacity)
         self._done = GrowableArray(np.uint64, capacity)
+        schema = self.store.schema
+        # Competing AMs: remember which rows are held (by key, else by every column).
+        self.identity: RowIdentity | None = None
+        if graph.deduplicates(table):
+            self.identity = RowIdentity(schema, key or tuple(schema.names))
+        self._scan_origins = {a.id for a in graph.scans_of(table)}
+        # EOT tuples held, per index AM bind-column list (only needed without a scan AM).
+        self.has_scan = graph.has_scan(table)
+        self.eots: dict[tuple[str, ...], KeySet] = {}
+        for am in graph.indexes_of(table):
+            kinds = tuple(key_kind(schema.field(c).type) for c in am.on)
+            self.eots.setdefault(am.on, KeySet(kinds))
 
     def __len__(self) -> int:
         return len(self._rows)
 
     async def process(self, work: Work) -> list[TupleBatch]:
         if work.destination == self.build_destination:
+            batch = work.batch
+            if self.identity is not None and len(batch):
+                batch = batch.take(self._fresh(batch))
             # The clock advances here, on the trio thread, before any await (see BuildClock).
-            raw_ts = self.clock.take(len(work.batch))
-            return await run_vectorized(self.build, work.batch, raw_ts, rows=len(work.batch))
+            raw_ts = self.clock.take(len(batch))
+            built = await run_vectorized(self.build, batch, raw_ts, rows=len(batch))
+            if batch.eot is not None and len(batch.eot):
+                self.eots[batch.eot.columns].add(list(batch.eot.values))
+            return built
         target = self.probe_targets[work.destination]
         predicate = None if work.edge is None else self.graph.predicates[work.edge]
         batch = work.batch
@@ -160,7 +195,46 @@ class SteM(Module):
                         pending, pending_rows = [], 0
                     pending.append(piece)
                     pending_rows += len(piece)
+        if predicate is not None and not self.has_scan:
+            prior = self._prior_probers(batch, target, predicate)
+            if prior is not None:
+                pending.append(prior)
         return pending
+
+    def _fresh(self, batch: TupleBatch) -> np.ndarray:
+        """Mask of the batch's rows the SteM does not hold yet (duplicate removal)."""
+        assert self.identity is not None
+        (row_ids,) = batch.rows.values()
+        values = [self.store.gather(c, row_ids) for c in self.identity.columns]
+        return self.identity.fresh(values, batch.origin, batch.origin in self._scan_origins)
+
+    def _prior_probers(
+        self, batch: TupleBatch, target: int, predicate: Predicate
+    ) -> TupleBatch | None:
+        """The probe tuples to bounce back: the table has no scan AM, the probe's edge
+        binds an index AM, the bind values are usable and no EOT for them is held."""
+        edge = predicate.edge
+        assert edge is not None
+        probe_alias = edge.other(target)
+        target_cols = edge.side(target)
+        probe_cols = edge.side(probe_alias)
+        schema = self.store.schema
+        missing: np.ndarray | None = None
+        for am in self.graph.bindable(edge, target):
+            cols = tuple(probe_cols[target_cols.index(c)] for c in am.on)
+            types = [schema.field(c).type for c in am.on]
+            values, usable = bind_columns(
+                self.stores[probe_alias], cols, types, batch.rows[probe_alias]
+            )
+            uncovered = usable & ~self.eots[am.on].contains(values)
+            missing = uncovered if missing is None else missing & uncovered
+        if missing is None or not missing.any():
+            return None
+        sig = batch.signature
+        bounced = batch.take(missing) if not missing.all() else batch
+        return bounced.with_signature(
+            Signature(sig.span, sig.done, True, prior=1 << target, looked=sig.looked)
+        )
 
     def build(self, batch: TupleBatch, raw_ts: np.ndarray) -> list[TupleBatch]:
         """Insert singletons; bounce each back once per alias, with its TimeStamp key."""
@@ -242,16 +316,17 @@ class SteM(Module):
         sig = batch.signature
         done = sig.done | (predicate.bit if predicate is not None else 0)
         span = sig.span | (1 << target)
+        looked = sig.looked & ~(1 << target)
         if not self.single_alias:
-            return [result.with_signature(Signature(span, done, True))]
+            return [result.with_signature(Signature(span, done, True, looked=looked))]
         # Stored tuples may have passed their own SMs before being built: carry those bits.
         stored_done = self._done.view()[pos]
         first = stored_done[0]
         if (stored_done == first).all():
-            return [result.with_signature(Signature(span, done | int(first), True))]
+            return [result.with_signature(Signature(span, done | int(first), True, looked=looked))]
         return [
             result.take(stored_done == value).with_signature(
-                Signature(span, done | int(value), True)
+                Signature(span, done | int(value), True, looked=looked)
             )
             for value in np.unique(stored_done)
         ]

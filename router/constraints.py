@@ -4,9 +4,14 @@ The routing table already only offers legal destinations; the checker verifies i
 independently, from the batches themselves, so a bug in the routing table, a policy, the
 eddy or a SteM shows up as a :class:`ConstraintViolation` naming the rule:
 
-* **BuildFirst** — no probe, output, or (for multi-alias tables) SM before the build.
-* **BoundedRepetition** — no destination whose work is already recorded in the signature.
-* **SteM BounceBack** — a build returns every tuple once per alias of the table, built.
+* **BuildFirst** — no probe, lookup, output, or (for multi-alias tables and tables with
+  several AMs or an index AM, Table 2) SM before the build.
+* **BoundedRepetition** — no destination whose work is already recorded in the signature
+  (including a second direct lookup for the same alias).
+* **ProbeCompletion** — a prior prober goes to no SteM, and to no AM other than one of its
+  probe completion table; its Done bits and span are unchanged until then.
+* **SteM BounceBack** — a build returns every tuple once per alias of the table, built; for
+  a table with competing AMs, the ones it drops as duplicates are never bounced back.
 * **TimeStamp** — the checker records each row's build timestamp itself (from the build
   bounce-backs) and recomputes every probe result's key as the max of its components'
   keys; it must equal the probe tuple's key, i.e. the probe tuple arrived last.
@@ -51,8 +56,19 @@ class ConstraintChecker:
             return
         if not sig.built:
             table = graph.aliases[sig.span.bit_length() - 1].table
-            if dest.kind == "probe" or len(graph.aliases_of(table)) > 1:
+            if (
+                dest.kind in ("probe", "lookup")
+                or len(graph.aliases_of(table)) > 1
+                or graph.strict_build_first(table)
+            ):
                 self._fail("BuildFirst", f"unbuilt {table} tuples routed to {dest.name}")
+        if sig.prior:
+            if dest.kind == "probe":
+                self._fail("ProbeCompletion", f"prior probers routed to SteM {dest.name}")
+            if dest.kind == "lookup" and not sig.prior >> dest.target_alias & 1:
+                self._fail("ProbeCompletion", f"prior probers routed to {dest.name}")
+        if dest.kind == "lookup" and (sig.span | sig.looked) >> dest.target_alias & 1:
+            self._fail("BoundedRepetition", f"tuples looked up in {dest.name} again")
         if dest.kind == "probe" and sig.span >> dest.target_alias & 1:
             self._fail("BoundedRepetition", f"tuples spanning {dest.name} probed it again")
         if dest.kind == "sm":
@@ -67,7 +83,9 @@ class ConstraintChecker:
         if dest.kind == "build":
             aliases = self.graph.aliases_of(dest.table)
             got = sorted(next(iter(b.rows)) for b in outputs)
-            if got != sorted(aliases) or any(len(b) != tuples_in for b in outputs):
+            lengths = {len(b) for b in outputs}
+            expected = {tuples_in} if not self.graph.deduplicates(dest.table) else lengths
+            if got != sorted(aliases) or lengths != expected or max(lengths) > tuples_in:
                 self._fail("SteM BounceBack", f"{dest.name} bounced back {got} of {aliases}")
             record = self._build_ts.setdefault(dest.table, {})
             for b in outputs:
@@ -78,6 +96,10 @@ class ConstraintChecker:
                 record.update(zip(b.rows[alias].tolist(), raw.tolist(), strict=True))
         elif dest.kind == "probe":
             for b in outputs:
+                if b.signature.prior:
+                    if b.signature.prior != 1 << dest.target_alias:
+                        self._fail("ProbeCompletion", f"{dest.name} bounced a wrong prior prober")
+                    continue
                 if not b.signature.span >> dest.target_alias & 1:
                     self._fail("probe", f"{dest.name} returned tuples without its alias")
                 keys = np.stack([self._keys(alias, ids) for alias, ids in b.rows.items()])

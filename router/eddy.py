@@ -15,19 +15,27 @@ on it, and back-pressure (what the naive policy learns from) reaches the eddy.
 
 The query ends when every source is exhausted and no batch is in flight, queued or
 waiting (stems-2003 §2.1.1); the eddy then closes the modules' queues.
+
+Access methods can fail (stems-2003 §3.2, competitive AMs): a failed index AM is taken out
+of the routing table and its Works come back to be routed to the table's other AMs; a
+failed scan is dropped if another scan of its table goes on. When a table has no AM left
+that can serve what the query needs, the query fails with a DataSourceError naming the
+table and every AM's error — never a silently short result. When one scan of a table
+finishes, the eddy stops the table's other scans: all they would deliver is duplicates.
 """
 
 from __future__ import annotations
 
 import time
 from collections import deque
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import structlog
 import trio
 
-from eddies.modules.base import Returned, Work
+from eddies.engine.errors import DataSourceError
+from eddies.modules.base import AccessFailed, Returned, Work
 from eddies.router.constraints import ConstraintChecker
 from eddies.router.policies import RoutingPolicy
 from eddies.router.routing_table import RoutingTable
@@ -67,6 +75,10 @@ class Source:
     name: str
     admission: trio.Semaphore
     rank: tuple = ()
+    table: str = ""
+    access: int = -1
+    cancel_scope: trio.CancelScope = field(default_factory=trio.CancelScope)
+    closed: bool = False
 
 
 class Eddy:
@@ -80,6 +92,7 @@ class Eddy:
         sources: list[Source],
         stats: RunStats,
         checker: ConstraintChecker | None = None,
+        scanned: dict[str, trio.Event] | None = None,
     ) -> None:
         self.routing_table = routing_table
         self.policy = policy
@@ -101,6 +114,8 @@ class Eddy:
         self._retry = False
         self._in_flight = 0
         self._started = time.perf_counter()
+        self._failures: dict[str, list[str]] = {}  # table -> errors of its failed AMs
+        self._scanned = scanned or {}
 
     def has_room(self, destination: int) -> bool:
         stats = self.queues[destination].statistics()
@@ -116,10 +131,11 @@ class Eddy:
                     self._retry = False
                     waiting, self._waiting = self._waiting, deque()
                     for batch, destination in waiting:
-                        if destination is None:
-                            self._route(batch)
+                        entry = self._entry(batch)
+                        if destination is None or not entry.offers(destination):
+                            self._route(batch)  # e.g. its chosen AM failed meanwhile
                         else:
-                            self._send(destination, batch, self._entry(batch))
+                            self._send(destination, batch, entry)
                 if self._priority:
                     self._route(self._priority.popleft())
                 elif self._fresh_count and not self._waiting:
@@ -159,7 +175,7 @@ class Eddy:
                 return
             self._accept(message)
 
-    def _accept(self, message: Returned | SourceBatch | SourceDone) -> None:
+    def _accept(self, message: Returned | SourceBatch | SourceDone | AccessFailed) -> None:
         if isinstance(message, Returned):
             if message.final:
                 self._in_flight -= 1
@@ -168,35 +184,116 @@ class Eddy:
             stats = self._module_stats[message.destination]
             stats.tuples_out += returned
             stats.busy_seconds += message.busy_seconds
-            self.policy.on_returned(message.destination, message.tuples_in, returned)
+            self.policy.on_returned(
+                message.destination, message.tuples_in, returned, message.busy_seconds
+            )
             if self.checker is not None:
                 self.checker.check_returned(message.destination, message.tuples_in, message.outputs)
-            self._priority.extend(b for b in message.outputs if len(b))
+            # An empty batch may still carry EOT tuples, which must be built.
+            self._priority.extend(b for b in message.outputs if len(b) or b.eot is not None)
         elif isinstance(message, SourceBatch):
+            source = self.sources[message.source]
+            if source.closed:  # a sibling scan finished first: these rows are duplicates
+                source.admission.release()
+                return
             self._fresh_of[message.source].append(message.batch)
             self._fresh_count += 1
+        elif isinstance(message, SourceDone):
+            source = self.sources[message.source]
+            self._close_source(message.source, keep_delivered=True)
+            log.debug("source exhausted", source=source.name, open=self.sources_open)
+            if source.table in self._scanned:
+                self._scanned[source.table].set()
+            for i, other in enumerate(self.sources):
+                if other.table == source.table and not other.closed:
+                    log.info("scan stopped: a competing scan finished", source=other.name)
+                    self._close_source(i)
         else:
-            self.sources_open -= 1
-            log.debug(
-                "source exhausted", source=self.sources[message.source].name, open=self.sources_open
-            )
+            self._access_failed(message)
+
+    def _close_source(self, index: int, keep_delivered: bool = False) -> None:
+        """No more batches from this scan; its undelivered ones are dropped unless it
+        finished itself (a stopped sibling's rows are all duplicates)."""
+        source = self.sources[index]
+        if source.closed:
+            return
+        source.closed = True
+        source.cancel_scope.cancel()
+        self.sources_open -= 1
+        if keep_delivered:
+            return
+        dropped = self._fresh_of[index]
+        self._fresh_count -= len(dropped)
+        dropped.clear()
+
+    def _access_failed(self, message: AccessFailed) -> None:
+        """Route around a failed AM, or fail the query if its table has none left."""
+        info = self.routing_table.graph.access[message.access]
+        self._failures.setdefault(info.table, []).append(message.error)
+        log.warning("failing over", table=info.table, access=info.name, error=message.error)
+        self.stats.failures.append(message.error)
+        self.routing_table.mark_failed(message.access)
+        self.policy.on_failed(message.access)
+        if message.source is None:
+            return
+        self._close_source(message.source)
+        if not any(
+            s.table == info.table and not s.closed and s.access not in self.routing_table.failed
+            for s in self.sources
+        ):
+            self._fail_table(info.table)
+
+    def _fail_table(self, table: str) -> None:
+        errors = "; ".join(self._failures.get(table, [])) or "no access method can serve it"
+        raise DataSourceError(
+            f"table {table!r}: every access method the query needs has failed ({errors})"
+        )
 
     def _entry(self, batch: TupleBatch):
         return self.routing_table.entry(batch.signature)
 
     def _route(self, batch: TupleBatch) -> None:
         entry = self._entry(batch)
+        if entry.stranded is not None:
+            self._fail_table(entry.stranded)
+        has_room = self._room_of(entry)
         if len(entry.destinations) == 1:
             choice = entry.destinations[0]
         else:
-            choice = self.policy.choose(entry, len(batch), self.has_room)
+            choice = self.policy.choose(entry, len(batch), has_room)
         if choice is None:
             self._waiting.append((batch, None))
         elif isinstance(choice, np.ndarray):
             for destination, part in batch.split_by(choice).items():
-                self._send(destination, part, entry)
+                self._send_step(destination, part, entry)
         else:
-            self._send(choice, batch, entry)
+            self._send_step(choice, batch, entry)
+
+    def _room_of(self, entry):
+        """has_room for the policy: a step with alternatives has room if any of them has."""
+        if not entry.alternatives:
+            return self.has_room
+        groups = entry.alternatives
+
+        def has_room(destination: int) -> bool:
+            group = groups.get(destination)
+            if group is None:
+                return self.has_room(destination)
+            return any(self.has_room(d) for d in group)
+
+        return has_room
+
+    def _send_step(self, step: int, batch: TupleBatch, entry) -> None:
+        """Send to the module that does ``step``: the access chooser picks among
+        alternatives (stems-2003 §3.2, §4.3); None means all are full, so wait."""
+        group = entry.alternatives.get(step)
+        if group is not None:
+            destination = self.policy.choose_access(group, len(batch), self.has_room)
+            if destination is None:
+                self._waiting.append((batch, None))
+                return
+            step = destination
+        self._send(step, batch, entry)
 
     def _send(self, destination: int, batch: TupleBatch, entry) -> None:
         if not self.has_room(destination):
@@ -204,7 +301,7 @@ class Eddy:
             return
         if self.checker is not None:
             self.checker.check_route(batch, destination)
-        edge = entry.edges[entry.destinations.index(destination)]
+        edge = entry.edge_of(destination)
         self.queues[destination].send_nowait(Work(destination, batch, edge))
         self._in_flight += 1
         n = len(batch)

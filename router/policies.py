@@ -21,6 +21,14 @@ decisions — so ``batch_size=1`` is exactly the per-tuple eddy of the paper.
 * ``lottery-window`` (§4.5) — tickets earned in the current window are held in escrow; at
   each window's end they become the banked tickets the lottery draws with, so the policy
   follows changes in cost and selectivity.
+
+Index AMs (stems-2003): a prior prober bounced by the SteM of alias b goes on to an index AM
+of b's table, so the real cost of probing b's SteM first is the lookup that follows. The
+lottery books an index AM's answers on ``probe:b`` as well (the step the eddy chose), so
+the faster and more selective index wins tickets, as the index joins of eddies-2000 §4.5
+(Fig. 10) do. Which module does a step that several can do (a table's AMs, or its SteM and
+its index AMs) is chosen by an :class:`~eddies.router.access_choice.AccessChooser` under
+every policy; ``static`` uses its order there too when the order names those modules.
 """
 
 from __future__ import annotations
@@ -31,6 +39,7 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from eddies.engine.errors import EddiesError
+from eddies.router.access_choice import AccessChooser
 from eddies.router.routing_table import Destination, RouteEntry
 
 POLICIES = ("static", "random", "naive", "lottery", "lottery-window")
@@ -47,15 +56,42 @@ class RoutingPolicy:
     def __init__(self, destinations: Sequence[Destination], rng: np.random.Generator) -> None:
         self.destinations = destinations
         self.rng = rng
+        self.access = AccessChooser(rng)
+        probes = {d.target_alias: d.id for d in destinations if d.kind == "probe"}
+        # An index AM's answers also count for the SteM probe that sent it prior probers.
+        self.credit_to = {d.id: probes[d.target_alias] for d in destinations if d.kind == "lookup"}
 
     def choose(self, entry: RouteEntry, n: int, has_room: HasRoom) -> Choice:
         raise NotImplementedError  # pragma: no cover
 
+    def choose_access(self, candidates: Sequence[int], n: int, has_room: HasRoom) -> int | None:
+        """Which of several modules that can do one step gets the batch (None: wait)."""
+        return self.access.choose(candidates, n, has_room)
+
     def on_routed(self, destination: int, tuples: int) -> None:
         """``tuples`` tuples were put in a destination's queue."""
+        self.access.on_routed(destination, tuples)
 
-    def on_returned(self, destination: int, tuples_in: int, tuples_out: int) -> None:
-        """A destination processed ``tuples_in`` tuples and sent ``tuples_out`` back."""
+    def on_returned(
+        self, destination: int, tuples_in: int, tuples_out: int, busy_seconds: float = 0.0
+    ) -> None:
+        """A destination processed ``tuples_in`` tuples (0 for a partial answer) and sent
+        ``tuples_out`` back, busy for ``busy_seconds``."""
+        # What an index AM yields are the matches of its partial answers; its final answers
+        # only hand probe tuples back.
+        final_lookup = tuples_in and destination in self.credit_to
+        results = 0 if final_lookup else tuples_out
+        self.access.on_returned(destination, tuples_in, results, busy_seconds)
+        self.book(destination, tuples_in, tuples_out)
+        step = self.credit_to.get(destination)
+        if step is not None:
+            self.book(step, tuples_in, tuples_out)
+
+    def book(self, destination: int, tuples_in: int, tuples_out: int) -> None:
+        """Learn from one answer (lottery tickets); nothing by default."""
+
+    def on_failed(self, access: int) -> None:
+        """AM ``access`` failed (the routing table no longer offers it)."""
 
 
 class StaticPolicy(RoutingPolicy):
@@ -73,10 +109,16 @@ class StaticPolicy(RoutingPolicy):
                 f"static order names unknown destinations {unknown}; the query has {names}"
             )
         rank = {name: i for i, name in enumerate(order)}
+        self._unranked = len(order)
         self._rank = [rank.get(d.name, len(order) + d.id) for d in destinations]
 
     def choose(self, entry: RouteEntry, n: int, has_room: HasRoom) -> Choice:
         return min(entry.destinations, key=self._rank.__getitem__)
+
+    def choose_access(self, candidates: Sequence[int], n: int, has_room: HasRoom) -> int | None:
+        if any(self._rank[d] < self._unranked for d in candidates):
+            return min(candidates, key=self._rank.__getitem__)
+        return super().choose_access(candidates, n, has_room)
 
 
 class RandomPolicy(RoutingPolicy):
@@ -135,7 +177,7 @@ class LotteryPolicy(RoutingPolicy):
         w = self.weights(ready)
         return ready[int(np.searchsorted(np.cumsum(w), self.rng.random() * w.sum(), "right"))]
 
-    def on_returned(self, destination: int, tuples_in: int, tuples_out: int) -> None:
+    def book(self, destination: int, tuples_in: int, tuples_out: int) -> None:
         # Credit on taking, debit on returning; both booked when the module answers, so
         # tuples still queued do not count (else whoever got the first batch would lead).
         self.tickets[destination] += tuples_in - tuples_out
@@ -172,7 +214,7 @@ class WindowedLotteryPolicy(LotteryPolicy):
         self._roll()
         return super().choose(entry, n, has_room)
 
-    def on_returned(self, destination: int, tuples_in: int, tuples_out: int) -> None:
+    def book(self, destination: int, tuples_in: int, tuples_out: int) -> None:
         self.escrow[destination] += tuples_in - tuples_out
 
 

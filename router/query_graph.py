@@ -60,13 +60,54 @@ class Predicate:
         return 1 << self.index
 
 
+@dataclass(frozen=True)
+class AccessInfo:
+    """One access method (AM) of a table: a scan, or an index lookup by ``on`` columns.
+
+    ``id`` numbers the query's AMs (scans and indexes together) from 0.
+    """
+
+    id: int
+    name: str
+    table: str
+    kind: str  # "scan" | "index"
+    on: tuple[str, ...] = ()
+
+
 @dataclass
 class QueryGraph:
-    """Aliases, predicates and the tables with SteMs; shared by router and modules."""
+    """Aliases, predicates, AMs and the tables with SteMs; shared by router and modules."""
 
     aliases: list[AliasInfo]
     predicates: list[Predicate]
     stem_tables: list[str] = field(default_factory=list)
+    access: list[AccessInfo] = field(default_factory=list)
+
+    def scans_of(self, table: str) -> list[AccessInfo]:
+        return [a for a in self.access if a.table == table and a.kind == "scan"]
+
+    def indexes_of(self, table: str) -> list[AccessInfo]:
+        return [a for a in self.access if a.table == table and a.kind == "index"]
+
+    def has_scan(self, table: str) -> bool:
+        return any(a.table == table and a.kind == "scan" for a in self.access)
+
+    def has_index(self, table: str) -> bool:
+        return any(a.table == table and a.kind == "index" for a in self.access)
+
+    def deduplicates(self, table: str) -> bool:
+        """Several AMs: a row may arrive twice and is removed at the build (§3.2)."""
+        return sum(a.table == table for a in self.access) > 1
+
+    def strict_build_first(self, table: str) -> bool:
+        """BuildFirst without exception (Table 2: the table has several AMs or an index AM)."""
+        return self.deduplicates(table) or self.has_index(table)
+
+    def bindable(self, edge: Edge, alias: int) -> list[AccessInfo]:
+        """Index AMs of ``alias``'s table whose bind columns ``edge`` fully binds."""
+        cols = set(edge.side(alias))
+        table = self.aliases[alias].table
+        return [a for a in self.indexes_of(table) if set(a.on) <= cols]
 
     @property
     def all_aliases(self) -> int:

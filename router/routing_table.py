@@ -6,18 +6,28 @@ by :class:`~eddies.router.tuple_batch.Signature`. An entry lists the eligible de
 under the routing constraints of stems-2003 Table 2:
 
 * **BuildFirst** — an unbuilt singleton may only be built into its table's SteM, or (for a
-  table with one alias, where no other role can need the row) first pass its own SMs; it
-  never probes before it is built.
+  table with one alias and one scan AM, where no other role can need the row and no
+  duplicate can arrive) first pass its own SMs; it never probes before it is built.
 * **BoundedRepetition** — a destination whose work the signature already records (a set
-  Done bit, a spanned alias, a finished build) is never eligible again, so every tuple
-  visits every module at most once and the query terminates.
-* Probes go only to aliases joined to the span by an equi-join edge; a cross product is
-  offered only when no such alias exists. A complete tuple goes to the output.
+  Done bit, a spanned alias, a finished build, a direct lookup) is never eligible again, so
+  every tuple visits every module a bounded number of times and the query terminates.
+* **ProbeCompletion** (§3.4) — a prior prober (bounced back by the SteM of alias b because
+  not all of its matches were there) may go to SMs and to an index AM of b's table, and
+  to no SteM; the AM ends its life in the dataflow.
+* Probes go only to aliases joined to the span by an equi-join edge (preferring an edge
+  that binds an index AM of the target); a cross product is offered only when no such
+  alias exists. A complete tuple goes to the output.
+
+Access choice (stems-2003 §3.2, §4.3): where one logical step can be done by several
+modules — probing the SteM of a table that also has index AMs (hash or index join), or
+choosing among the index AMs (mirrors) of a prior prober's table — the entry lists one
+top-level destination whose ``alternatives`` are those modules; the policy picks the step,
+and an access chooser picks the module. AMs that failed are left out (failover).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from eddies.router.query_graph import QueryGraph
 from eddies.router.tuple_batch import Signature
@@ -25,29 +35,49 @@ from eddies.router.tuple_batch import Signature
 
 @dataclass(frozen=True)
 class Destination:
-    """Where the eddy can send a batch: a build into, or a probe of, a SteM; an SM; output.
+    """Where the eddy can send a batch: a build into, or a probe of, a SteM; a lookup in an
+    index AM; an SM; the output.
 
     name: as shown by explain and used in ``policy="static"`` orders — ``build:<table>``,
-    ``probe:<alias>``, ``sm<k>`` (k-th predicate, 1-based) and ``output``.
+    ``probe:<alias>``, ``lookup:<am>@<alias>``, ``sm<k>`` (k-th predicate, 1-based) and
+    ``output``.
     """
 
     id: int
     name: str
-    kind: str  # "build" | "probe" | "sm" | "output"
+    kind: str  # "build" | "probe" | "lookup" | "sm" | "output"
     module: str
     table: str | None = None
     target_alias: int | None = None
     predicate: int | None = None
+    access: int | None = None  # for lookups: the AM's id in QueryGraph.access
 
 
 @dataclass(frozen=True)
 class RouteEntry:
-    """Eligible destinations for one signature; ``edges[i]`` is the probe key (predicate
-    index) for a probe destination, None otherwise (or for a cross product)."""
+    """Eligible destinations for one signature.
+
+    ``edges[i]`` is the probe key (predicate index) of ``destinations[i]`` for a probe,
+    None otherwise (or for a cross product). ``alternatives`` maps a top-level destination
+    to the modules that can do its step (itself included), with their edges in
+    ``alternative_edges``. ``stranded`` names a table none of whose AMs can serve these
+    tuples any more (all failed): routing them is an error.
+    """
 
     destinations: tuple[int, ...]
     edges: tuple[int | None, ...]
     complete: bool = False
+    alternatives: dict[int, tuple[int, ...]] = field(default_factory=dict)
+    alternative_edges: dict[int, int | None] = field(default_factory=dict)
+    stranded: str | None = None
+
+    def offers(self, destination: int) -> bool:
+        return destination in self.destinations or destination in self.alternative_edges
+
+    def edge_of(self, destination: int) -> int | None:
+        if destination in self.alternative_edges:
+            return self.alternative_edges[destination]
+        return self.edges[self.destinations.index(destination)]
 
 
 class RoutingTable:
@@ -59,7 +89,11 @@ class RoutingTable:
         self._build = {d.table: d.id for d in destinations if d.kind == "build"}
         self._probe = {d.target_alias: d.id for d in destinations if d.kind == "probe"}
         self._sm = {d.predicate: d.id for d in destinations if d.kind == "sm"}
+        self._lookup = {
+            (d.access, d.target_alias): d.id for d in destinations if d.kind == "lookup"
+        }
         self.output = next(d.id for d in destinations if d.kind == "output")
+        self.failed: set[int] = set()  # ids of AMs that failed
         self._entries: dict[Signature, RouteEntry] = {}
 
     def entry(self, sig: Signature) -> RouteEntry:
@@ -67,6 +101,38 @@ class RoutingTable:
         if found is None:
             found = self._entries[sig] = self._compute(sig)
         return found
+
+    def mark_failed(self, access: int) -> None:
+        """AM ``access`` failed: route around it from now on."""
+        self.failed.add(access)
+        self._entries.clear()
+
+    def probe_edge(self, sig: Signature, target: int) -> int | None:
+        """The pending edge a tuple of ``sig`` probes alias ``target`` by: one that binds
+        an index AM of the target's table if there is one, else the first; None if the
+        target is not joined to the span."""
+        graph = self.graph
+        first: int | None = None
+        for p in graph.predicates:
+            e = p.edge
+            if sig.done & p.bit or e is None or target not in (e.left, e.right):
+                continue
+            if not sig.span >> e.other(target) & 1:
+                continue
+            if graph.bindable(e, target):
+                return p.index
+            if first is None:
+                first = p.index
+        return first
+
+    def live_lookups(self, target: int, edge: int) -> list[int]:
+        """Lookup destinations of AMs that the edge binds for ``target`` and that work."""
+        graph = self.graph
+        return [
+            self._lookup[(am.id, target)]
+            for am in graph.bindable(graph.predicates[edge].edge, target)
+            if am.id not in self.failed
+        ]
 
     def _compute(self, sig: Signature) -> RouteEntry:
         graph = self.graph
@@ -80,7 +146,7 @@ class RoutingTable:
             table = graph.aliases[alias].table
             dests.append(self._build[table])
             edges.append(None)
-            if len(graph.aliases_of(table)) == 1:
+            if len(graph.aliases_of(table)) == 1 and not graph.strict_build_first(table):
                 for p in pending:
                     if p.alias_mask & ~sig.span == 0:
                         dests.append(self._sm[p.index])
@@ -90,23 +156,52 @@ class RoutingTable:
             if p.alias_mask & ~sig.span == 0:
                 dests.append(self._sm[p.index])
                 edges.append(None)
+        if sig.prior:
+            return self._prior_prober(sig, dests, edges)
         outside = [a.index for a in graph.aliases if not sig.span >> a.index & 1]
-        connected: list[tuple[int, int]] = []
-        for b in outside:
-            for p in pending:
-                e = p.edge
-                if e is not None and b in (e.left, e.right) and sig.span >> e.other(b) & 1:
-                    connected.append((b, p.index))
-                    break
-        if connected:
-            for b, pred in connected:
-                dests.append(self._probe[b])
-                edges.append(pred)
-        else:
+        alternatives: dict[int, tuple[int, ...]] = {}
+        alternative_edges: dict[int, int | None] = {}
+        connected = [(b, edge) for b in outside if (edge := self.probe_edge(sig, b)) is not None]
+        for b, edge in connected:
+            probe = self._probe[b]
+            dests.append(probe)
+            edges.append(edge)
+            table = graph.aliases[b].table
+            if graph.has_scan(table) and not sig.looked >> b & 1:
+                # Index or hash join for this step (stems-2003 §4.3): the AM's matches
+                # will build into the SteM that a scan also fills.
+                lookups = self.live_lookups(b, edge)
+                if lookups:
+                    alternatives[probe] = (probe, *lookups)
+                    alternative_edges.update(dict.fromkeys(alternatives[probe], edge))
+        if not connected:
             for b in outside:
                 dests.append(self._probe[b])
                 edges.append(None)
-        return RouteEntry(tuple(dests), tuple(edges))
+        return RouteEntry(
+            tuple(dests),
+            tuple(edges),
+            alternatives=alternatives,
+            alternative_edges=alternative_edges,
+        )
+
+    def _prior_prober(self, sig: Signature, dests: list[int], edges: list[int | None]):
+        target = sig.prior.bit_length() - 1
+        edge = self.probe_edge(sig, target)
+        assert edge is not None, "a prior prober is always joined to its target"
+        lookups = self.live_lookups(target, edge)
+        if not lookups:
+            table = self.graph.aliases[target].table
+            return RouteEntry(tuple(dests), tuple(edges), stranded=table)
+        dests.append(lookups[0])
+        edges.append(edge)
+        alternatives = {lookups[0]: tuple(lookups)} if len(lookups) > 1 else {}
+        return RouteEntry(
+            tuple(dests),
+            tuple(edges),
+            alternatives=alternatives,
+            alternative_edges=dict.fromkeys(lookups, edge),
+        )
 
     def start_signatures(self) -> list[Signature]:
         """The signatures of fresh singletons, one per table (for explain)."""

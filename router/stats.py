@@ -50,6 +50,7 @@ class RunStats:
     modules: dict[str, ModuleStats] = field(default_factory=dict)
     elapsed_seconds: float = 0.0
     rows_out: int = 0
+    failures: list[str] = field(default_factory=list)  # errors of AMs that failed
     _time: array.array = field(default_factory=lambda: array.array("d"))
     _span: array.array = field(default_factory=lambda: array.array("q"))
     _done: array.array = field(default_factory=lambda: array.array("q"))

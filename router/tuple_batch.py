@@ -13,6 +13,11 @@ tuple lives in NumPy vectors:
   an alias tiebreak (``build_ts * n_aliases + alias``) so that in a self-join the copies of
   one base tuple under different aliases still have distinct keys and exactly one
   component of every result is its last-arriving one.
+
+Tuples that index AMs deliver also carry where they came from (``origin``: the AM, so the
+SteM can count copies per AM when it removes duplicates) and, at the end of each lookup's
+matches, the EOT tuples of stems-2003 §2.1.3: here an :class:`Eot` on the batch lists the
+bind values whose matches the batch completes, and the SteM builds both together.
 """
 
 from __future__ import annotations
@@ -30,12 +35,33 @@ class Signature:
     """What all tuples of a batch share: routing depends on this alone.
 
     span: bitmask over aliases (bit i = alias i); done: bitmask over predicates
-    (Done bits); built: for singletons, whether BuildFirst has been satisfied.
+    (Done bits); built: for singletons, whether BuildFirst has been satisfied; prior: the
+    alias (as a bit) whose SteM bounced these tuples back as *prior probers* — they must
+    next go to an index AM of that alias's table and no other SteM (ProbeCompletion,
+    stems-2003 §3.4); looked: aliases whose index AM these tuples already probed directly
+    (index join of a hybrid, stems-2003 §4.3), so they go to that SteM and not the AM again.
     """
 
     span: int
     done: int
     built: bool
+    prior: int = 0
+    looked: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Eot:
+    """End-of-transmission tuples of an index AM: one per completed lookup.
+
+    ``columns`` are the AM's bind columns; ``values[i]`` holds, for column i, the bind
+    value of each completed lookup (all arrays of equal length, in the table's types).
+    """
+
+    columns: tuple[str, ...]
+    values: tuple
+
+    def __len__(self) -> int:
+        return len(self.values[0]) if self.values else 0
 
 
 @dataclass(slots=True)
@@ -48,6 +74,8 @@ class TupleBatch:
     signature: Signature
     rows: dict[int, np.ndarray]
     ts: np.ndarray
+    eot: Eot | None = None
+    origin: int = -1  # for new singletons: the access method that delivered them
 
     def __len__(self) -> int:
         return len(self.ts)
@@ -58,11 +86,13 @@ class TupleBatch:
             self.signature,
             {alias: ids[index] for alias, ids in self.rows.items()},
             self.ts[index],
+            self.eot,
+            self.origin,
         )
 
     def with_signature(self, signature: Signature) -> TupleBatch:
         """The same tuples under another signature (e.g. with a Done bit set)."""
-        return TupleBatch(signature, self.rows, self.ts)
+        return TupleBatch(signature, self.rows, self.ts, self.eot, self.origin)
 
     def split_by(self, choice: np.ndarray) -> dict[int, TupleBatch]:
         """Split by a per-tuple vector of small non-negative ints; empty groups left out."""
@@ -74,7 +104,9 @@ class TupleBatch:
         return {int(v): self.take(choice == v) for v in np.unique(choice)}
 
 
-def singleton_batch(alias: int, row_ids: np.ndarray, built: bool) -> TupleBatch:
-    """New singleton tuples of one base table, as a scan AM emits them."""
+def singleton_batch(
+    alias: int, row_ids: np.ndarray, built: bool, origin: int = -1, eot: Eot | None = None
+) -> TupleBatch:
+    """New singleton tuples of one base table, as an AM emits them."""
     ts = np.full(len(row_ids), UNBUILT_TS, dtype=np.int64)
-    return TupleBatch(Signature(1 << alias, 0, built), {alias: row_ids}, ts)
+    return TupleBatch(Signature(1 << alias, 0, built), {alias: row_ids}, ts, eot, origin)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 import pathlib
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -30,7 +30,9 @@ CSV_CONVERT = pacsv.ConvertOptions(strings_can_be_null=True)
 class TableSource:
     """One catalog table: its schema and how to read its rows.
 
-    table: all rows, for in-memory data; otherwise ``open_batches`` yields RecordBatches.
+    table: all rows, for in-memory data; otherwise ``open_batches`` yields RecordBatches,
+    or, for an asynchronous source (a paged web scan), ``pages()`` is an async iterator of
+    Tables or RecordBatches. access_name: the scan AM's name (set by the catalog).
     """
 
     name: str
@@ -41,6 +43,8 @@ class TableSource:
     batch_size: int | None = None
     rate: float | None = None
     delay: float = 0.0
+    pages: Callable[[], AsyncIterator[Any]] | None = None
+    access_name: str = ""
 
     def plain(self, batch: pa.RecordBatch) -> pa.RecordBatch:
         """A batch in :attr:`schema` (dictionary-encoded columns decoded)."""
@@ -53,11 +57,13 @@ class TableSource:
 
     def open_batches(self, batch_size: int) -> Iterator[pa.RecordBatch]:
         """Batches of at most ``batch_size`` rows (blocking I/O: call from a thread)."""
-        if self.reader is not None:
+        if self.table is not None:
+            batches: Iterator[pa.RecordBatch] = iter(self.table.to_batches(batch_size))
+        elif self.reader is not None:
             reader, self.reader = self.reader, None
             if reader is None:
                 raise DataSourceError(f"table {self.name!r}: its RecordBatchReader was used up")
-            batches: Iterator[pa.RecordBatch] = iter(reader)
+            batches = iter(reader)
         elif self.path is not None and _is_parquet(self.path):
             batches = pq.ParquetFile(self.path).iter_batches(batch_size=batch_size)
         elif self.path is not None:

@@ -70,7 +70,7 @@ def sm_for(sql: str, functions=()):
     for name, fn, vectorized in functions:
         cat.add_function(name, fn, vectorized=vectorized)
     plan = plan_query(sql, cat)
-    store = plan.sources["t"].new_store()
+    store = plan.tables["t"].new_store()
     predicate = plan.graph.predicates[0]
     return SelectionModule(predicate, {0: store}), predicate
 

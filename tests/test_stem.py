@@ -18,7 +18,7 @@ def make_stems(sql: str, tables: dict[str, pa.Table]):
     for name, table in tables.items():
         cat.add_table(name, table)
     plan = plan_query(sql, cat)
-    stores = {t: src.new_store() for t, src in plan.sources.items()}
+    stores = {t: src.new_store() for t, src in plan.tables.items()}
     alias_stores = {a.index: stores[a.table] for a in plan.graph.aliases}
     clock = BuildClock()
     stems = {}

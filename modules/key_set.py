@@ -1,0 +1,106 @@
+"""Exact dense ids for multi-column values: EOT sets and row identities in SteMs.
+
+A SteM on a table with index AMs must know, for a probe, whether an EOT tuple with the
+probe's bind values is there (stems-2003 §2.1.4: then it holds all matches), and a SteM on a
+table with competing AMs must recognize a row it already holds (§3.2). Both need exact
+equality on several columns, vectorized: each column's values become dense codes (a
+:class:`~eddies.modules.key_encoding.KeyDictionary` over the kind codes of
+:mod:`eddies.modules.key_encoding`), and columns are folded in pairwise, ``(id << 32) |
+code`` → dense id, through one more dictionary per step, so no hash can collide. NULL is a
+value here (two rows that are both NULL in a column are the same row); EOT keys never hold
+NULLs, since NULL never joins.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from eddies.modules.key_encoding import KIND_DICT, KeyDictionary, encode_column, validity
+
+_NULL_CODE = np.iinfo(np.int64).min  # the code of NULL in a column (never a real code)
+
+
+class DenseKeys:
+    """Dense int64 ids (0, 1, 2, ...) for tuples of values in columns of given kinds."""
+
+    def __init__(self, kinds: tuple[str, ...]) -> None:
+        self.kinds = kinds
+        self._values = [KeyDictionary() if k == KIND_DICT else None for k in kinds]
+        self._codes = [KeyDictionary() for _ in kinds]
+        self._pairs = [KeyDictionary() for _ in kinds[1:]]
+        self.size = 0  # ids handed out so far
+
+    def ids(self, columns: list[pa.Array], grow: bool) -> np.ndarray:
+        """The id of each row of ``columns``; with ``grow=False`` unseen tuples get -1."""
+        n = len(columns[0]) if columns else 0
+        result: np.ndarray | None = None
+        for i, (values, kind) in enumerate(zip(columns, self.kinds, strict=True)):
+            raw = encode_column(values, kind, self._values[i], grow)
+            valid = validity(values)
+            if valid is not None:
+                raw = np.where(valid, raw, _NULL_CODE)
+            dense = self._codes[i].encode(pa.array(raw, pa.int64()), grow)
+            if result is None:
+                result = dense
+                continue
+            unknown = (result < 0) | (dense < 0)
+            paired = (result << 32) | np.where(dense < 0, 0, dense)
+            result = self._pairs[i - 1].encode(pa.array(paired, pa.int64()), grow)
+            if unknown.any():
+                result = np.where(unknown, -1, result)
+        if result is None:
+            return np.zeros(n, dtype=np.int64)
+        if grow and len(result):
+            self.size = max(self.size, int(result.max()) + 1)
+        return result
+
+
+class KeySet:
+    """A set of multi-column keys: ``add`` some, then ask which rows are ``contains``-ed."""
+
+    def __init__(self, kinds: tuple[str, ...]) -> None:
+        self._keys = DenseKeys(kinds)
+        self._present = np.zeros(0, dtype=bool)
+
+    def __len__(self) -> int:
+        return int(self._present.sum())
+
+    def add(self, columns: list[pa.Array]) -> None:
+        ids = self._keys.ids(columns, grow=True)
+        if self._keys.size > len(self._present):
+            grown = np.zeros(max(self._keys.size, 2 * len(self._present)), dtype=bool)
+            grown[: len(self._present)] = self._present
+            self._present = grown
+        self._present[ids] = True
+
+    def contains(self, columns: list[pa.Array]) -> np.ndarray:
+        ids = self._keys.ids(columns, grow=False)
+        found = ids >= 0
+        found[found] = self._present[ids[found]]
+        return found
+
+
+def bind_columns(
+    store, columns: tuple[str, ...], types: list[pa.DataType], row_ids: np.ndarray
+) -> tuple[list[pa.Array], np.ndarray]:
+    """The values of ``columns`` at ``row_ids`` in the bound table's ``types``, and a mask
+    of the rows whose values can match at all (no NULL; unchanged by the cast, so an int
+    column bound by 1.5 looks nothing up)."""
+    n = len(row_ids)
+    usable = np.ones(n, dtype=bool)
+    out: list[pa.Array] = []
+    for col, target in zip(columns, types, strict=True):
+        values = store.gather(col, row_ids)
+        valid = validity(values)
+        if valid is not None:
+            usable &= valid
+        if values.type != target:
+            cast = pc.cast(values, target, safe=False)
+            back = pc.cast(cast, values.type, safe=False)
+            same = pc.fill_null(pc.equal(back, values), False)
+            usable &= same.to_numpy(zero_copy_only=False)
+            values = cast
+        out.append(values)
+    return out, usable
