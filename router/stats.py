@@ -125,13 +125,17 @@ class RunStats:
     def format(self) -> str:
         """A plain-text report: module counters, then routing choices per signature."""
         lines = [f"elapsed {self.elapsed_seconds * 1000:.1f} ms, {self.rows_out} rows out", ""]
-        header = f"{'module':<24}{'kind':<8}{'in':>12}{'out':>12}{'batches':>10}{'busy ms':>10}"
+        w = max([24] + [len(m.name) + 2 for m in self.modules.values()])
+        header = f"{'module':<{w}}{'kind':<8}{'in':>12}{'out':>12}{'batches':>10}{'busy ms':>10}"
         lines += [header, "-" * len(header)]
         for m in self.modules.values():
             lines.append(
-                f"{m.name:<24}{m.kind:<8}{m.tuples_in:>12}{m.tuples_out:>12}"
+                f"{m.name:<{w}}{m.kind:<8}{m.tuples_in:>12}{m.tuples_out:>12}"
                 f"{m.batches_in:>10}{m.busy_seconds * 1000:>10.1f}"
             )
+        if self.failures:
+            lines += ["", "access methods that failed (the eddy failed over):"]
+            lines += [f"  {error}" for error in self.failures]
         lines += ["", "routing choices per signature (span | done -> destination: tuples)"]
         for (span, done), per_dest in sorted(self.routing_summary().items()):
             total = sum(per_dest.values())
