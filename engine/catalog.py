@@ -83,6 +83,11 @@ class CatalogTable:
         return self.access_count > 1
 
     @property
+    def built(self) -> bool:
+        """False when the table's tuples are never built (relaxed BuildFirst, §3.5)."""
+        return all(s.build for s in self.scans) or bool(self.indexes)
+
+    @property
     def table(self) -> pa.Table | None:
         """All rows when the table is one in-memory scan (its size ranks sources)."""
         if len(self.scans) == 1 and not self.indexes:
@@ -121,6 +126,7 @@ class Catalog:
         delay: float = 0.0,
         key: Sequence[str] | None = None,
         access_name: str | None = None,
+        build: bool = True,
     ) -> None:
         """Add a scan AM over ``data`` to table ``name`` (created if new; case-insensitive).
 
@@ -130,11 +136,16 @@ class Catalog:
         seconds before its first batch; key: columns identifying a row, used to remove
         duplicates when the table has several AMs; access_name: the AM's name in plans and
         statistics (default: the table name, then ``<table>_2``, ...). A second AM on the
-        same table competes with the first (stems-2003 §3.2). Raises DataSourceError for
-        unusable data or a schema that differs from the table's.
+        same table competes with the first (stems-2003 §3.2). build=False: never build this
+        table's tuples into a SteM (the relaxed BuildFirst of stems-2003 §3.5, for a large
+        table or a stream): they probe the other tables' SteMs, and probe again, with a
+        LastMatchTimeStamp, until those are complete; allowed for a table with this one
+        scan AM, used once in a query whose other tables are each read by one scan.
+        Raises DataSourceError for unusable data or a schema that differs from the table's.
         """
         key_name = _check_name(name, "table", DataSourceError)
         source = make_source(key_name, data, batch_size=batch_size, rate=rate, delay=delay)
+        source.build = build
         self._add_scan(key_name, source, key, access_name)
 
     def add_scan(

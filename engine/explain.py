@@ -7,6 +7,7 @@ the destinations the eddy may choose from (stems-2003 Table 2 applied); at most
 
 from __future__ import annotations
 
+import dataclasses
 from collections import deque
 
 from eddies.engine.catalog import Catalog
@@ -39,7 +40,12 @@ def _successors(plan: Plan, table: RoutingTable, sig: Signature) -> list[Signatu
             ]
         elif dest.kind == "sm":
             bit = graph.predicates[dest.predicate].bit
-            out.append(Signature(sig.span, sig.done | bit, sig.built, sig.prior, sig.looked))
+            out.append(dataclasses.replace(sig, done=sig.done | bit))
+        elif dest.kind == "probe" and sig.floating:
+            bit = graph.predicates[edge].bit if edge is not None else 0
+            span = sig.span | 1 << dest.target_alias
+            out.append(Signature(span, sig.done | bit, False, 0, 0, True))
+            out.append(Signature(sig.span, sig.done, False, 1 << dest.target_alias, 0, True))
         elif dest.kind == "probe":
             bit = graph.predicates[edge].bit if edge is not None else 0
             looked = sig.looked & ~(1 << dest.target_alias)
@@ -115,11 +121,16 @@ def explain_plan(plan: Plan) -> str:
         span = ",".join(graph.alias_names(sig.span))
         done = ",".join(graph.predicate_names(sig.done)) or "-"
         built = "" if sig.built else " (unbuilt)"
-        if sig.prior:
+        if sig.prior and not sig.floating:
             built += f" (prior prober of {','.join(graph.alias_names(sig.prior))})"
         if sig.looked:
             built += f" (looked up {','.join(graph.alias_names(sig.looked))})"
-        lines.append(f"  span {{{span}}}{built} done {{{done}}} -> {' | '.join(names)}")
+        if sig.floating:
+            built = " (floating: never built)" + (
+                f" (probes {','.join(graph.alias_names(sig.prior))} again)" if sig.prior else ""
+            )
+        target = " | ".join(names) or "(none: dropped — the floating tuples make every result)"
+        lines.append(f"  span {{{span}}}{built} done {{{done}}} -> {target}")
         queue.extend(s for s in _successors(plan, table, sig) if s not in seen)
     if queue:
         lines.append(f"  ... (more than {MAX_SIGNATURES} signatures)")

@@ -186,7 +186,10 @@ def plan_query(sql: str, catalog: Catalog) -> Plan:
     graph = QueryGraph(aliases, predicates, access=_access_methods(sources))
     _check_bindings(graph, block)
     if len(aliases) > 1:
-        graph.stem_tables = list(dict.fromkeys(a.table for a in aliases))
+        graph.unbuilt = _unbuilt_tables(graph, sources)
+        graph.stem_tables = [
+            t for t in dict.fromkeys(a.table for a in aliases) if t not in graph.unbuilt
+        ]
     elif graph.strict_build_first(aliases[0].table):  # competing AMs: dedup in the SteM
         graph.stem_tables = [aliases[0].table]
     index_kinds = _index_kinds(graph, scope)
@@ -266,6 +269,40 @@ def _access_methods(tables: dict[str, CatalogTable]) -> list[AccessInfo]:
     return access
 
 
+def _unbuilt_tables(graph: QueryGraph, tables: dict[str, CatalogTable]) -> set[str]:
+    """Tables whose tuples are never built (``add_table(..., build=False)``), checked
+    against the conditions under which stems-2003 §3.5 allows it; UnsupportedQueryError
+    names what is wrong."""
+    unbuilt = {name for name, entry in tables.items() if not entry.built}
+    if not unbuilt:
+        return unbuilt
+    if len(unbuilt) > 1:
+        raise UnsupportedQueryError(
+            f"tables {sorted(unbuilt)} are all registered with build=False; at most one "
+            "table of a query may skip its SteM (two unbuilt tables could never meet)"
+        )
+    (name,) = unbuilt
+    if len(graph.aliases_of(name)) > 1:
+        raise UnsupportedQueryError(
+            f"table {name!r} is registered with build=False and used twice in FROM; a "
+            "self-join needs its SteM"
+        )
+    if tables[name].access_count != 1:
+        raise UnsupportedQueryError(
+            f"table {name!r}: build=False needs its one scan access method to be its only "
+            "access method (stems-2003 §3.5)"
+        )
+    others = [t for t in tables.values() if t.name != name and t.access_count != 1]
+    others += [t for t in tables.values() if t.name != name and t.indexes]
+    if others:
+        raise UnsupportedQueryError(
+            f"table {name!r} is registered with build=False, so every other table of the "
+            f"query must be read by exactly one scan (its SteM must become complete); "
+            f"{others[0].name!r} is not"
+        )
+    return unbuilt
+
+
 def _check_bindings(graph: QueryGraph, block: QueryBlock) -> None:
     """Fail clearly if some alias can never get rows (stems-2003 §2.2 step 1, as in Nail).
 
@@ -322,6 +359,8 @@ def _index_kinds(graph: QueryGraph, scope: BaseScope) -> dict[str, dict]:
             continue
         for alias in (p.edge.left, p.edge.right):
             table = graph.aliases[alias].table
+            if table not in kinds:  # never built: no SteM, no index
+                continue
             cols = p.edge.side(alias)
             current = kinds[table].setdefault(
                 cols, [key_kind(scope.schemas[alias].field(c).type) for c in cols]
@@ -344,6 +383,8 @@ def _destinations(graph: QueryGraph) -> list[Destination]:
         dests.append(Destination(len(dests), p.name, "sm", p.name, predicate=p.index))
     if graph.stem_tables:
         for a in graph.aliases:
+            if a.table not in graph.stem_tables:
+                continue
             dests.append(
                 Destination(
                     len(dests),

@@ -92,6 +92,13 @@ async def run_plan(
     capacity = options.queue_capacity or DEFAULT_QUEUE_CAPACITY
     batch_size = options.batch_size or DEFAULT_BATCH_SIZE
 
+    # Set when a scan of the table has delivered every row: its index AMs stop looking up,
+    # and (relaxed BuildFirst) its SteM can tell when it is complete.
+    scanned = {
+        table: trio.Event()
+        for table, entry in plan.tables.items()
+        if entry.scans and (entry.indexes or graph.unbuilt)
+    }
     modules: dict[str, Module] = {}
     for table in graph.stem_tables:
         dests = [d for d in plan.destinations if d.table == table]
@@ -106,6 +113,7 @@ async def run_plan(
             build,
             probes,
             key=plan.tables[table].key,
+            scanned=scanned.get(table),
         )
     for p in graph.predicates:
         modules[p.name] = SelectionModule(p, stores)
@@ -121,10 +129,7 @@ async def run_plan(
     for a in graph.aliases:
         first_alias.setdefault(a.table, a.index)
     access_ids = {(am.table, am.name): am.id for am in graph.access}
-    # Set when a scan of the table has delivered every row: its index AMs stop looking up.
-    scanned = {
-        table: trio.Event() for table, entry in plan.tables.items() if entry.scans and entry.indexes
-    }
+
     for table, entry in plan.tables.items():
         for spec in entry.indexes:
             am = graph.access[access_ids[(table, spec.name)]]
@@ -154,9 +159,10 @@ async def run_plan(
                     first_alias[table],
                     table_stores[table],
                     batch_size,
-                    built=table not in graph.stem_tables,
+                    built=table not in graph.stem_tables and table not in graph.unbuilt,
                     stats=stats.module(f"scan:{name}", "scan"),
                     access=access_ids[(table, name)],
+                    floating=table in graph.unbuilt,
                 )
             )
             scan_tables.append(table)

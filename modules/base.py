@@ -76,13 +76,18 @@ class Module:
         self, inbox: trio.MemoryReceiveChannel, to_eddy: trio.MemorySendChannel
     ) -> None:
         self._to_eddy = to_eddy
-        async with inbox, to_eddy:
+        try:
             async for work in inbox:
                 started = time.perf_counter()
                 outputs = await self.process(work)
                 busy = time.perf_counter() - started
                 await to_eddy.send(Returned(work.destination, outputs, len(work.batch), busy))
             await self.close()
+        finally:
+            # Closed without a checkpoint (unlike ``async with``), so an error raised here
+            # is not replaced by the Cancelled that it causes in the other tasks.
+            inbox.close()
+            to_eddy.close()
 
 
 def gather_columns(

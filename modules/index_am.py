@@ -112,22 +112,28 @@ class IndexAM(Module):
         self._to_eddy = to_eddy
         queue_in, queue_out = trio.open_memory_channel[_Lookup](float("inf"))
         self._queue = queue_in
-        async with inbox, to_eddy, contextlib.AsyncExitStack() as stack:
-            lookup = await self._open(stack)
-            async with trio.open_nursery() as nursery:
-                if lookup is not None:
-                    for i in range(self.spec.max_concurrency):
-                        nursery.start_soon(self._worker, lookup, queue_out, name=f"{self.name}#{i}")
-                    nursery.start_soon(self._flush_answers, name=f"{self.name}:answers")
-                if self.scanned is not None:
-                    nursery.start_soon(self._skip_when_scanned, name=f"{self.name}:scanned")
-                async for work in inbox:
-                    while self._waiting_for_worker >= self.spec.max_concurrency:
-                        self._room = trio.Event()
-                        await self._room.wait()
-                    self._accept(work, nursery)
-                # The eddy closes the queue only when nothing is in flight: we are done.
-                nursery.cancel_scope.cancel()
+        try:
+            async with contextlib.AsyncExitStack() as stack:
+                lookup = await self._open(stack)
+                async with trio.open_nursery() as nursery:
+                    if lookup is not None:
+                        for i in range(self.spec.max_concurrency):
+                            nursery.start_soon(
+                                self._worker, lookup, queue_out, name=f"{self.name}#{i}"
+                            )
+                        nursery.start_soon(self._flush_answers, name=f"{self.name}:answers")
+                    if self.scanned is not None:
+                        nursery.start_soon(self._skip_when_scanned, name=f"{self.name}:scanned")
+                    async for work in inbox:
+                        while self._waiting_for_worker >= self.spec.max_concurrency:
+                            self._room = trio.Event()
+                            await self._room.wait()
+                        self._accept(work, nursery)
+                    # The eddy closes the queue only when nothing is in flight: we are done.
+                    nursery.cancel_scope.cancel()
+        finally:  # closed without a checkpoint: see Module.serve
+            inbox.close()
+            to_eddy.close()
 
     async def _open(self, stack: contextlib.AsyncExitStack) -> Callable | None:
         """The lookup function, opening the AM's session (e.g. an HTTP client) if any."""

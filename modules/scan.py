@@ -43,9 +43,11 @@ class ScanAM:
         built: bool,
         stats: ModuleStats,
         access: int = -1,
+        floating: bool = False,
     ) -> None:
         self.name = f"scan:{source.access_name or source.name}"
         self.access = access
+        self.floating = floating  # relaxed BuildFirst: the tuples are never built
         self.source = source
         self.alias = alias
         self.store = store
@@ -77,7 +79,12 @@ class ScanAM:
         async for row_ids in self._row_batches():
             await source.admission.acquire()
             await to_eddy.send(
-                SourceBatch(index, singleton_batch(self.alias, row_ids, self.built, self.access))
+                SourceBatch(
+                    index,
+                    singleton_batch(
+                        self.alias, row_ids, self.built, self.access, floating=self.floating
+                    ),
+                )
             )
             sent += len(row_ids)
             self.stats.tuples_out += len(row_ids)

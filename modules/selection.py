@@ -9,13 +9,15 @@ aliases evaluates a non-equi join predicate, or an equi-join edge that closes a 
 
 from __future__ import annotations
 
+import dataclasses
+
 import pyarrow as pa
 
 from eddies.engine.errors import EddiesError, QueryTypeError
 from eddies.engine.expressions import evaluate, evaluate_async, mask_of
 from eddies.modules.base import Module, Work, gather_columns, run_vectorized
 from eddies.router.query_graph import Predicate
-from eddies.router.tuple_batch import Signature, TupleBatch
+from eddies.router.tuple_batch import TupleBatch
 from eddies.sources.table_store import TableStore
 
 
@@ -48,9 +50,7 @@ class SelectionModule(Module):
         except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as exc:
             raise QueryTypeError(f"evaluating {self.predicate.sql} failed: {exc}") from exc
         sig = batch.signature
-        passed = Signature(
-            sig.span, sig.done | self.predicate.bit, sig.built, sig.prior, sig.looked
-        )
+        passed = dataclasses.replace(sig, done=sig.done | self.predicate.bit)
         if mask.all():
             return [batch.with_signature(passed)]
         if not mask.any():

@@ -19,6 +19,11 @@ Routing constraints enforced inside the SteM (stems-2003 Table 2):
 * **EOT** — an index AM's matches arrive with the EOT tuples of their lookups (one batch);
   the SteM builds both at once, so holding an EOT means holding all its matches (§2.1.4).
   The SteM is then the cache of lookups: later probes with those bind values stay here.
+* **Relaxed BuildFirst** (§3.5) — a floating tuple (it has a component that is never
+  built) matches every stored tuple newer than its LastMatchTimeStamp instead of older
+  than itself, and while the SteM is not complete (its table's scan has not delivered and
+  built every row) it is bounced back with its LastMatchTimeStamp set to the newest
+  stored timestamp, to probe again once more tuples are built.
 * **TimeStamp** — building assigns global, increasing timestamps; a probe of tuple t finds
   match u only if key(u) < key(t), where key = ``ts * n_aliases + alias`` (the alias
   tiebreak makes the rule exact for self-joins).
@@ -33,6 +38,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import pyarrow as pa
+import trio
 
 from eddies.modules.base import Module, Work, run_vectorized
 from eddies.modules.key_encoding import (
@@ -124,6 +130,7 @@ class SteM(Module):
         build_destination: int,
         probe_targets: dict[int, int],
         key: tuple[str, ...] | None = None,
+        scanned: trio.Event | None = None,
     ) -> None:
         self.name = f"stem:{table}"
         self.table = table
@@ -142,6 +149,7 @@ class SteM(Module):
         self._rows = GrowableArray(np.int64, capacity)
         self._ts = GrowableArray(np.int64, capacity)
         self._done = GrowableArray(np.uint64, capacity)
+        self.scanned = scanned  # set when the table's scan has delivered every row
         schema = self.store.schema
         # Competing AMs: remember which rows are held (by key, else by every column).
         self.identity: RowIdentity | None = None
@@ -195,11 +203,32 @@ class SteM(Module):
                         pending, pending_rows = [], 0
                     pending.append(piece)
                     pending_rows += len(piece)
-        if predicate is not None and not self.has_scan:
+        if batch.signature.floating:
+            if not self.complete:
+                pending.append(self._probe_again(batch, target))
+        elif predicate is not None and not self.has_scan:
             prior = self._prior_probers(batch, target, predicate)
             if prior is not None:
                 pending.append(prior)
         return pending
+
+    @property
+    def complete(self) -> bool:
+        """True when the SteM holds every row of its table (its scan is done and every
+        delivered row is built): a floating probe then finds all its matches."""
+        return self.scanned is not None and self.scanned.is_set() and len(self) == len(self.store)
+
+    def _probe_again(self, batch: TupleBatch, target: int) -> TupleBatch:
+        """Bounce a floating batch back, remembering the newest tuple it has seen here."""
+        newest = int(self._ts.view()[-1]) if len(self) else 0
+        sig = batch.signature
+        again = TupleBatch(
+            Signature(sig.span, sig.done, False, 1 << target, 0, True),
+            batch.rows,
+            batch.ts,
+            lmts=np.full(len(batch), newest, dtype=np.int64),
+        )
+        return again
 
     def _fresh(self, batch: TupleBatch) -> np.ndarray:
         """Mask of the batch's rows the SteM does not hold yet (duplicate removal)."""
@@ -304,8 +333,13 @@ class SteM(Module):
     ) -> list[TupleBatch]:
         """Concatenated matches of ``batch`` with this SteM's tuples in the role ``target``."""
         probe_idx, pos = self._matches(batch, target, predicate)
-        stored_keys = self._ts.view()[pos] * self.n_aliases + target
-        keep = stored_keys < batch.ts[probe_idx]  # TimeStamp rule
+        sig = batch.signature
+        if sig.floating:  # matches it has not seen: newer than its LastMatchTimeStamp
+            seen = 0 if batch.lmts is None else batch.lmts[probe_idx]
+            keep = self._ts.view()[pos] > seen
+        else:  # TimeStamp rule
+            stored_keys = self._ts.view()[pos] * self.n_aliases + target
+            keep = stored_keys < batch.ts[probe_idx]
         if not keep.all():
             probe_idx, pos = probe_idx[keep], pos[keep]
         if len(pos) == 0:
@@ -313,20 +347,24 @@ class SteM(Module):
         rows = {a: ids[probe_idx] for a, ids in batch.rows.items()}
         rows[target] = self._rows.view()[pos]
         result = TupleBatch(batch.signature, rows, batch.ts[probe_idx])
-        sig = batch.signature
         done = sig.done | (predicate.bit if predicate is not None else 0)
         span = sig.span | (1 << target)
         looked = sig.looked & ~(1 << target)
+        built, floating = not sig.floating, sig.floating
         if not self.single_alias:
-            return [result.with_signature(Signature(span, done, True, looked=looked))]
+            return [result.with_signature(Signature(span, done, built, 0, looked, floating))]
         # Stored tuples may have passed their own SMs before being built: carry those bits.
         stored_done = self._done.view()[pos]
         first = stored_done[0]
         if (stored_done == first).all():
-            return [result.with_signature(Signature(span, done | int(first), True, looked=looked))]
+            return [
+                result.with_signature(
+                    Signature(span, done | int(first), built, 0, looked, floating)
+                )
+            ]
         return [
             result.take(stored_done == value).with_signature(
-                Signature(span, done | int(value), True, looked=looked)
+                Signature(span, done | int(value), built, 0, looked, floating)
             )
             for value in np.unique(stored_done)
         ]

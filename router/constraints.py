@@ -54,6 +54,9 @@ class ConstraintChecker:
             if sig.built:
                 self._fail("BoundedRepetition", f"built tuples routed to {dest.name} again")
             return
+        if sig.floating:
+            self._check_floating(sig, dest)
+            return
         if not sig.built:
             table = graph.aliases[sig.span.bit_length() - 1].table
             if (
@@ -78,6 +81,16 @@ class ConstraintChecker:
             if pred.alias_mask & ~sig.span:
                 self._fail("routing", f"{dest.name} needs aliases the tuples do not span")
 
+    def _check_floating(self, sig, dest) -> None:
+        """Relaxed BuildFirst: floating tuples are never built, and a bounced one probes
+        the SteM that bounced it again, and no other (§3.5)."""
+        if dest.kind in ("build", "lookup"):
+            self._fail("BuildFirst", f"floating tuples routed to {dest.name}")
+        if dest.kind == "probe" and sig.span >> dest.target_alias & 1:
+            self._fail("BoundedRepetition", f"tuples spanning {dest.name} probed it again")
+        if sig.prior and dest.kind == "probe" and not sig.prior >> dest.target_alias & 1:
+            self._fail("ProbeCompletion", f"bounced floating tuples routed to {dest.name}")
+
     def check_returned(self, destination: int, tuples_in: int, outputs: list[TupleBatch]) -> None:
         dest = self.destinations[destination]
         if dest.kind == "build":
@@ -96,6 +109,8 @@ class ConstraintChecker:
                 record.update(zip(b.rows[alias].tolist(), raw.tolist(), strict=True))
         elif dest.kind == "probe":
             for b in outputs:
+                if b.signature.floating:
+                    continue  # no build timestamps to check: LastMatchTimeStamp applies
                 if b.signature.prior:
                     if b.signature.prior != 1 << dest.target_alias:
                         self._fail("ProbeCompletion", f"{dest.name} bounced a wrong prior prober")

@@ -116,6 +116,14 @@ class Eddy:
         self._started = time.perf_counter()
         self._failures: dict[str, list[str]] = {}  # table -> errors of its failed AMs
         self._scanned = scanned or {}
+        # Floating batches bounced by an incomplete SteM wait here, per table, until that
+        # SteM builds more tuples or its scan ends (relaxed BuildFirst, stems-2003 §3.5).
+        self._parked: dict[str, list[TupleBatch]] = {}
+        self._unbuilt: dict[str, int] = {}  # per table: delivered tuples not built yet
+        self._scan_done: set[str] = set()
+        self._build_tables = {
+            d.id: d.table for d in routing_table.destinations if d.kind == "build"
+        }
 
     def has_room(self, destination: int) -> bool:
         stats = self.queues[destination].statistics()
@@ -156,6 +164,7 @@ class Eddy:
             self.sources_open == 0
             and self._in_flight == 0
             and not (self._priority or self._fresh_count or self._waiting)
+            and not any(self._parked.values())
         )
 
     def _next_fresh(self) -> TupleBatch:
@@ -190,7 +199,16 @@ class Eddy:
             if self.checker is not None:
                 self.checker.check_returned(message.destination, message.tuples_in, message.outputs)
             # An empty batch may still carry EOT tuples, which must be built.
-            self._priority.extend(b for b in message.outputs if len(b) or b.eot is not None)
+            built_table = self._build_tables.get(message.destination)
+            if message.final and built_table is not None:
+                self._unbuilt[built_table] = self._unbuilt.get(built_table, 0) - message.tuples_in
+            for b in message.outputs:
+                if b.signature.floating and b.signature.prior:
+                    self._park(b)
+                elif len(b) or b.eot is not None:
+                    self._priority.append(b)
+            if message.final and built_table is not None:
+                self._unpark(built_table)
         elif isinstance(message, SourceBatch):
             source = self.sources[message.source]
             if source.closed:  # a sibling scan finished first: these rows are duplicates
@@ -198,18 +216,36 @@ class Eddy:
                 return
             self._fresh_of[message.source].append(message.batch)
             self._fresh_count += 1
+            self._unbuilt[source.table] = self._unbuilt.get(source.table, 0) + len(message.batch)
         elif isinstance(message, SourceDone):
             source = self.sources[message.source]
             self._close_source(message.source, keep_delivered=True)
             log.debug("source exhausted", source=source.name, open=self.sources_open)
             if source.table in self._scanned:
                 self._scanned[source.table].set()
+            self._scan_done.add(source.table)
+            self._unpark(source.table)
             for i, other in enumerate(self.sources):
                 if other.table == source.table and not other.closed:
                     log.info("scan stopped: a competing scan finished", source=other.name)
                     self._close_source(i)
         else:
             self._access_failed(message)
+
+    def _park(self, batch: TupleBatch) -> None:
+        """Hold a floating batch bounced by an incomplete SteM until that SteM changes —
+        unless it is complete by now (its answer raced the last build or the scan's end)."""
+        alias = self.routing_table.graph.aliases[batch.signature.prior.bit_length() - 1]
+        if alias.table in self._scan_done and self._unbuilt.get(alias.table, 0) <= 0:
+            self._priority.append(batch)
+        else:
+            self._parked.setdefault(alias.table, []).append(batch)
+
+    def _unpark(self, table: str) -> None:
+        """The SteM of ``table`` changed: its bounced floating batches may probe again."""
+        parked = self._parked.pop(table, None)
+        if parked:
+            self._priority.extend(parked)
 
     def _close_source(self, index: int, keep_delivered: bool = False) -> None:
         """No more batches from this scan; its undelivered ones are dropped unless it
@@ -256,6 +292,8 @@ class Eddy:
         entry = self._entry(batch)
         if entry.stranded is not None:
             self._fail_table(entry.stranded)
+        if not entry.destinations:  # nothing left to do (see RoutingTable._floating)
+            return
         has_room = self._room_of(entry)
         if len(entry.destinations) == 1:
             choice = entry.destinations[0]

@@ -82,6 +82,7 @@ class QueryGraph:
     predicates: list[Predicate]
     stem_tables: list[str] = field(default_factory=list)
     access: list[AccessInfo] = field(default_factory=list)
+    unbuilt: set[str] = field(default_factory=set)  # relaxed BuildFirst (§3.5)
 
     def scans_of(self, table: str) -> list[AccessInfo]:
         return [a for a in self.access if a.table == table and a.kind == "scan"]
@@ -100,8 +101,10 @@ class QueryGraph:
         return sum(a.table == table for a in self.access) > 1
 
     def strict_build_first(self, table: str) -> bool:
-        """BuildFirst without exception (Table 2: the table has several AMs or an index AM)."""
-        return self.deduplicates(table) or self.has_index(table)
+        """BuildFirst without exception (Table 2: the table has several AMs or an index AM;
+        also when another table is never built, so that a SteM knows when it is complete:
+        every row its scan delivered has been built)."""
+        return self.deduplicates(table) or self.has_index(table) or bool(self.unbuilt)
 
     def bindable(self, edge: Edge, alias: int) -> list[AccessInfo]:
         """Index AMs of ``alias``'s table whose bind columns ``edge`` fully binds."""

@@ -17,6 +17,12 @@ under the routing constraints of stems-2003 Table 2:
 * Probes go only to aliases joined to the span by an equi-join edge (preferring an edge
   that binds an index AM of the target); a cross product is offered only when no such
   alias exists. A complete tuple goes to the output.
+* **Relaxed BuildFirst** (§3.5) — when one table is never built, its *floating* tuples
+  produce every result: they probe the other SteMs (and, bounced back by a SteM that is
+  not complete yet, probe that SteM again, relaxing BoundedRepetition; their
+  LastMatchTimeStamps keep the repeats from matching twice). Tuples of the other tables
+  are only built — anything they could join would never meet the unbuilt table — so an
+  entry for them is empty and the eddy drops them after the build.
 
 Access choice (stems-2003 §3.2, §4.3): where one logical step can be done by several
 modules — probing the SteM of a table that also has index AMs (hash or index join), or
@@ -141,6 +147,8 @@ class RoutingTable:
         dests: list[int] = []
         edges: list[int | None] = []
         pending = [p for p in graph.predicates if not sig.done & p.bit]
+        if sig.floating:
+            return self._floating(sig, pending)
         if not sig.built:
             alias = sig.span.bit_length() - 1
             table = graph.aliases[alias].table
@@ -152,6 +160,8 @@ class RoutingTable:
                         dests.append(self._sm[p.index])
                         edges.append(None)
             return RouteEntry(tuple(dests), tuple(edges))
+        if graph.unbuilt:  # only floating tuples produce results: built ones are done
+            return RouteEntry((), ())
         for p in pending:
             if p.alias_mask & ~sig.span == 0:
                 dests.append(self._sm[p.index])
@@ -185,6 +195,27 @@ class RoutingTable:
             alternative_edges=alternative_edges,
         )
 
+    def _floating(self, sig: Signature, pending) -> RouteEntry:
+        """Floating tuples: SMs, then the SteMs of every other alias (relaxed BuildFirst)."""
+        graph = self.graph
+        dests: list[int] = []
+        edges: list[int | None] = []
+        for p in pending:
+            if p.alias_mask & ~sig.span == 0:
+                dests.append(self._sm[p.index])
+                edges.append(None)
+        if sig.prior:  # bounced by an incomplete SteM: probe it again, and only it
+            target = sig.prior.bit_length() - 1
+            dests.append(self._probe[target])
+            edges.append(self.probe_edge(sig, target))
+            return RouteEntry(tuple(dests), tuple(edges))
+        outside = [a.index for a in graph.aliases if not sig.span >> a.index & 1]
+        connected = [(b, edge) for b in outside if (edge := self.probe_edge(sig, b)) is not None]
+        for b, edge in connected or [(b, None) for b in outside]:
+            dests.append(self._probe[b])
+            edges.append(edge)
+        return RouteEntry(tuple(dests), tuple(edges))
+
     def _prior_prober(self, sig: Signature, dests: list[int], edges: list[int | None]):
         target = sig.prior.bit_length() - 1
         edge = self.probe_edge(sig, target)
@@ -208,6 +239,7 @@ class RoutingTable:
         seen: dict[str, Signature] = {}
         for a in self.graph.aliases:
             if a.table not in seen:
-                built = a.table not in self._build
-                seen[a.table] = Signature(1 << a.index, 0, built)
+                floating = a.table in self.graph.unbuilt
+                built = a.table not in self._build and not floating
+                seen[a.table] = Signature(1 << a.index, 0, built, floating=floating)
         return list(seen.values())

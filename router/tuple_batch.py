@@ -39,7 +39,11 @@ class Signature:
     alias (as a bit) whose SteM bounced these tuples back as *prior probers* — they must
     next go to an index AM of that alias's table and no other SteM (ProbeCompletion,
     stems-2003 §3.4); looked: aliases whose index AM these tuples already probed directly
-    (index join of a hybrid, stems-2003 §4.3), so they go to that SteM and not the AM again.
+    (index join of a hybrid, stems-2003 §4.3), so they go to that SteM and not the AM again;
+    floating: the tuples contain a component of a table that is never built (the relaxed
+    BuildFirst of stems-2003 §3.5) — they produce all their results by probing, and a probe
+    of an incomplete SteM bounces them back (``prior``) to probe it again later, with their
+    LastMatchTimeStamps in :attr:`TupleBatch.lmts`.
     """
 
     span: int
@@ -47,6 +51,7 @@ class Signature:
     built: bool
     prior: int = 0
     looked: int = 0
+    floating: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,6 +81,7 @@ class TupleBatch:
     ts: np.ndarray
     eot: Eot | None = None
     origin: int = -1  # for new singletons: the access method that delivered them
+    lmts: np.ndarray | None = None  # floating tuples: LastMatchTimeStamp (raw), None = 0
 
     def __len__(self) -> int:
         return len(self.ts)
@@ -88,11 +94,12 @@ class TupleBatch:
             self.ts[index],
             self.eot,
             self.origin,
+            None if self.lmts is None else self.lmts[index],
         )
 
     def with_signature(self, signature: Signature) -> TupleBatch:
         """The same tuples under another signature (e.g. with a Done bit set)."""
-        return TupleBatch(signature, self.rows, self.ts, self.eot, self.origin)
+        return TupleBatch(signature, self.rows, self.ts, self.eot, self.origin, self.lmts)
 
     def split_by(self, choice: np.ndarray) -> dict[int, TupleBatch]:
         """Split by a per-tuple vector of small non-negative ints; empty groups left out."""
@@ -105,8 +112,15 @@ class TupleBatch:
 
 
 def singleton_batch(
-    alias: int, row_ids: np.ndarray, built: bool, origin: int = -1, eot: Eot | None = None
+    alias: int,
+    row_ids: np.ndarray,
+    built: bool,
+    origin: int = -1,
+    eot: Eot | None = None,
+    floating: bool = False,
 ) -> TupleBatch:
-    """New singleton tuples of one base table, as an AM emits them."""
+    """New singleton tuples of one base table, as an AM emits them (``floating`` for a
+    table that is never built: relaxed BuildFirst)."""
     ts = np.full(len(row_ids), UNBUILT_TS, dtype=np.int64)
-    return TupleBatch(Signature(1 << alias, 0, built), {alias: row_ids}, ts, eot, origin)
+    sig = Signature(1 << alias, 0, built, floating=floating)
+    return TupleBatch(sig, {alias: row_ids}, ts, eot, origin)

@@ -45,6 +45,7 @@ class TableSource:
     delay: float = 0.0
     pages: Callable[[], AsyncIterator[Any]] | None = None
     access_name: str = ""
+    build: bool = True  # False: relaxed BuildFirst (see Catalog.add_table)
 
     def plain(self, batch: pa.RecordBatch) -> pa.RecordBatch:
         """A batch in :attr:`schema` (dictionary-encoded columns decoded)."""
