@@ -218,7 +218,7 @@ class Catalog:
             raise DataSourceError(f"table {name!r}: retries and backoff must be >= 0")
         entry = self._entry(key_name, schema, key)
         access = IndexAccess(
-            self._access_name(entry, access_name, f"{key_name}_by_{'_'.join(on_columns)}"),
+            self._access_name(key_name, access_name, f"{key_name}_by_{'_'.join(on_columns)}"),
             key_name,
             on_columns,
             lookup,
@@ -228,6 +228,7 @@ class Catalog:
             retries,
             backoff,
         )
+        self._register(entry, key)
         entry.indexes.append(access)
 
     def add_web_table(
@@ -333,42 +334,46 @@ class Catalog:
         self, name: str, source: TableSource, key: Sequence[str] | None, access_name: str | None
     ) -> None:
         entry = self._entry(name, source.schema, key)
-        source.access_name = self._access_name(entry, access_name, name)
+        source.access_name = self._access_name(name, access_name, name)
+        self._register(entry, key)
         entry.scans.append(source)
 
+    def _register(self, entry: CatalogTable, key: Sequence[str] | None) -> None:
+        """Keep ``entry`` (checked by :meth:`_entry`) and its key, once all checks passed."""
+        self._tables[entry.name] = entry
+        if key is not None:
+            entry.key = _columns(entry.name, entry.schema, key, "key")
+
     def _entry(self, name: str, schema: pa.Schema, key: Sequence[str] | None) -> CatalogTable:
+        """The table ``name`` (a new, not yet registered one if unknown), after checking
+        that an AM with ``schema`` and ``key`` may join it; DataSourceError if not."""
         key_columns = _columns(name, schema, key, "key") if key is not None else None
         entry = self._tables.get(name)
         if entry is None:
-            entry = self._tables[name] = CatalogTable(name, schema, key_columns)
-            return entry
+            return CatalogTable(name, schema, key_columns)
         if not _same_schema(entry.schema, schema):
             raise DataSourceError(
                 f"table {name!r}: the new access method's schema differs from the table's: "
                 f"{_schema_diff(entry.schema, schema)} (AMs of one table must agree)"
             )
-        if key_columns is not None:
-            if entry.key is not None and entry.key != key_columns:
-                raise DataSourceError(
-                    f"table {name!r}: key {list(key_columns)} differs from the table's key "
-                    f"{list(entry.key)}"
-                )
-            entry.key = key_columns
+        if key_columns is not None and entry.key is not None and entry.key != key_columns:
+            raise DataSourceError(
+                f"table {name!r}: key {list(key_columns)} differs from the table's key "
+                f"{list(entry.key)}"
+            )
         return entry
 
-    def _access_name(self, entry: CatalogTable, wanted: str | None, default: str) -> str:
+    def _access_name(self, table: str, wanted: str | None, default: str) -> str:
         taken = {s.access_name for t in self._tables.values() for s in t.scans}
         taken |= {i.name for t in self._tables.values() for i in t.indexes}
         if wanted is not None:
             if not isinstance(wanted, str) or not _ACCESS_NAME.match(wanted):
                 raise DataSourceError(
-                    f"table {entry.name!r}: access_name {wanted!r} must be letters, digits, "
+                    f"table {table!r}: access_name {wanted!r} must be letters, digits, "
                     "'_', '.', '-' (no spaces)"
                 )
             if wanted in taken:
-                raise DataSourceError(
-                    f"table {entry.name!r}: access_name {wanted!r} is already used"
-                )
+                raise DataSourceError(f"table {table!r}: access_name {wanted!r} is already used")
             return wanted
         name, k = default, 2
         while name in taken:

@@ -7,8 +7,8 @@ equality on several columns, vectorized: each column's values become dense codes
 :class:`~eddies.modules.key_encoding.KeyDictionary` over the kind codes of
 :mod:`eddies.modules.key_encoding`), and columns are folded in pairwise, ``(id << 32) |
 code`` → dense id, through one more dictionary per step, so no hash can collide. NULL is a
-value here (two rows that are both NULL in a column are the same row); EOT keys never hold
-NULLs, since NULL never joins.
+value here (two rows that are both NULL in a column are the same row; its code is odd,
+every value's even); EOT keys never hold NULLs, since NULL never joins.
 """
 
 from __future__ import annotations
@@ -19,8 +19,6 @@ import pyarrow.compute as pc
 
 from eddies.modules.key_encoding import KIND_DICT, KeyDictionary, encode_column, validity
 
-_NULL_CODE = np.iinfo(np.int64).min  # the code of NULL in a column (never a real code)
-
 
 class DenseKeys:
     """Dense int64 ids (0, 1, 2, ...) for tuples of values in columns of given kinds."""
@@ -29,7 +27,8 @@ class DenseKeys:
         self.kinds = kinds
         self._values = [KeyDictionary() if k == KIND_DICT else None for k in kinds]
         self._codes = [KeyDictionary() for _ in kinds]
-        self._pairs = [KeyDictionary() for _ in kinds[1:]]
+        # Pairs of (id so far, next column's code) -> dense ids; one column: code -> id.
+        self._pairs = [KeyDictionary() for _ in kinds[1:]] or [KeyDictionary()]
         self.size = 0  # ids handed out so far
 
     def ids(self, columns: list[pa.Array], grow: bool) -> np.ndarray:
@@ -40,10 +39,18 @@ class DenseKeys:
             raw = encode_column(values, kind, self._values[i], grow)
             valid = validity(values)
             if valid is not None:
-                raw = np.where(valid, raw, _NULL_CODE)
+                raw = np.where(valid, raw, 0)
             dense = self._codes[i].encode(pa.array(raw, pa.int64()), grow)
+            # Even codes for values, odd for NULL: NULL is a value of its own here.
+            nulls = 0 if valid is None else ~valid
+            dense = np.where(dense < 0, -1, dense * 2 + nulls)
             if result is None:
                 result = dense
+                if len(self.kinds) == 1:  # odd NULL codes leave gaps: make them dense
+                    unknown = result < 0
+                    result = self._pairs[0].encode(pa.array(result, pa.int64()), grow)
+                    if unknown.any():
+                        result = np.where(unknown, -1, result)
                 continue
             unknown = (result < 0) | (dense < 0)
             paired = (result << 32) | np.where(dense < 0, 0, dense)
@@ -77,7 +84,7 @@ class KeySet:
 
     def contains(self, columns: list[pa.Array]) -> np.ndarray:
         ids = self._keys.ids(columns, grow=False)
-        found = ids >= 0
+        found = (ids >= 0) & (ids < len(self._present))
         found[found] = self._present[ids[found]]
         return found
 

@@ -45,12 +45,12 @@ class _Estimate:
         self.tuples = 0.0
         self.out = 0.0
         self.busy = 0.0
-        self.last = 0.0
+        self.last: float | None = None
         self.outstanding = 0  # tuples sent and not answered yet
         self.since = 0.0  # when the oldest unanswered tuples were sent (or last answered)
 
     def decay(self, now: float) -> None:
-        factor = 0.5 ** ((now - self.last) / HALF_LIFE) if self.last else 1.0
+        factor = 1.0 if self.last is None else 0.5 ** ((now - self.last) / HALF_LIFE)
         self.tuples *= factor
         self.out *= factor
         self.busy *= factor

@@ -49,6 +49,9 @@ class ConstraintChecker:
         if dest.kind == "output":
             if sig.span != graph.all_aliases or sig.done != graph.all_predicates:
                 self._fail("completeness", f"incomplete tuples sent to output: {sig}")
+            table = graph.aliases[sig.span.bit_length() - 1].table
+            if not sig.built and not sig.floating and table in graph.stem_tables:
+                self._fail("BuildFirst", f"unbuilt {table} tuples sent to output")
             return
         if dest.kind == "build":
             if sig.built:

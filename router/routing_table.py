@@ -142,14 +142,12 @@ class RoutingTable:
 
     def _compute(self, sig: Signature) -> RouteEntry:
         graph = self.graph
-        if sig.span == graph.all_aliases and sig.done == graph.all_predicates:
-            return RouteEntry((self.output,), (None,), complete=True)
         dests: list[int] = []
         edges: list[int | None] = []
         pending = [p for p in graph.predicates if not sig.done & p.bit]
         if sig.floating:
             return self._floating(sig, pending)
-        if not sig.built:
+        if not sig.built:  # an unbuilt singleton: BuildFirst, even if nothing else is left
             alias = sig.span.bit_length() - 1
             table = graph.aliases[alias].table
             dests.append(self._build[table])
@@ -160,6 +158,8 @@ class RoutingTable:
                         dests.append(self._sm[p.index])
                         edges.append(None)
             return RouteEntry(tuple(dests), tuple(edges))
+        if sig.span == graph.all_aliases and sig.done == graph.all_predicates:
+            return RouteEntry((self.output,), (None,), complete=True)
         if graph.unbuilt:  # only floating tuples produce results: built ones are done
             return RouteEntry((), ())
         for p in pending:
@@ -172,7 +172,11 @@ class RoutingTable:
         alternatives: dict[int, tuple[int, ...]] = {}
         alternative_edges: dict[int, int | None] = {}
         connected = [(b, edge) for b in outside if (edge := self.probe_edge(sig, b)) is not None]
-        for b, edge in connected:
+        lookups_first = [(b, edge) for b, edge in connected if self._binds_index_only(b, edge)]
+        # A probe of an index-only table by a join that binds none of its indexes can ask
+        # for nothing: take it only when nothing else is left.
+        asking = [(b, e) for b, e in connected if graph.has_scan(graph.aliases[b].table)]
+        for b, edge in lookups_first or asking or connected:
             probe = self._probe[b]
             dests.append(probe)
             edges.append(edge)
@@ -193,6 +197,21 @@ class RoutingTable:
             tuple(edges),
             alternatives=alternatives,
             alternative_edges=alternative_edges,
+        )
+
+    def _binds_index_only(self, target: int, edge: int) -> bool:
+        """The edge binds an index AM of ``target``'s table, which has no scan.
+
+        Such a probe comes first: the table's rows arrive only when looked up, so every
+        tuple that can bind them asks before it goes anywhere else; otherwise, in a cycle,
+        a result's other components could meet by another path and its row would never be
+        fetched. The SteM bounces the probe to an index AM unless an EOT says the rows are
+        there (§3.3). A probe by a join that binds no index of such a table is taken only
+        when the tuple has nothing else to do (see ``_compute``)."""
+        graph = self.graph
+        table = graph.aliases[target].table
+        return not graph.has_scan(table) and bool(
+            graph.bindable(graph.predicates[edge].edge, target)
         )
 
     def _floating(self, sig: Signature, pending) -> RouteEntry:

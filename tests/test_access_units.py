@@ -101,21 +101,11 @@ def test_dense_keys_do_not_confuse_swapped_or_large_values():
     assert DenseKeys(()).ids([], grow=True).tolist() == []
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="engine bug: DenseKeys codes NULL as int64 min, the raw code of the int64 value "
-    "-2**63, so the two get one id (row identities merge; see the end-to-end test below)",
-)
 def test_dense_keys_tell_null_from_int64_min():
     ids = DenseKeys((KIND_INT,)).ids([pa.array([None, INT64_MIN, 0], pa.int64())], grow=True)
     assert len(set(ids.tolist())) == 3  # got [0, 0, 1]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="engine bug: NULL and -2**63 share a row identity, so the scan's NULL row is "
-    "dropped as a copy of the index's -2**63 row and its -2**63 row is kept again",
-)
 def test_null_and_int64_min_rows_stay_distinct_in_a_hybrid():
     s = pa.table({"a": pa.array([1, 1], pa.int64()), "c": pa.array([None, INT64_MIN], pa.int64())})
     r = pa.table({"c": pa.array([INT64_MIN], pa.int64())})
@@ -518,12 +508,6 @@ def test_checker_allows_dropped_duplicates_but_no_extra_tuples_at_a_build():
         checker.check_route(unbuilt, d["sm1"])
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="engine bug: RoutingTable._compute returns the output for a signature that spans "
-    "every alias with every Done bit before checking `built`, so an unbuilt singleton of a "
-    "single-table query without predicates skips the deduplicating build",
-)
 def test_unbuilt_singletons_of_competing_scans_build_before_the_output():
     cat = Catalog()
     cat.add_table("s", S)
@@ -533,11 +517,6 @@ def test_unbuilt_singletons_of_competing_scans_build_before_the_output():
     assert names(p, table.entry(Signature(1, 0, False)).destinations) == ["build:s"]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="engine bug: ConstraintChecker.check_route returns early for the output, before "
-    "its BuildFirst check, so debug=True misses unbuilt tuples of deduplicated tables there",
-)
 def test_checker_flags_unbuilt_tuples_of_competing_ams_at_the_output():
     cat = Catalog()
     cat.add_table("s", S)
@@ -692,12 +671,6 @@ def test_access_names_are_unique_across_the_catalog():
             add()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="engine bug: Catalog._entry creates a new table before _access_name rejects the "
-    "AM's name, so the catalog keeps a table with no AMs (a query on it then says 'needs "
-    "bindings for ;' and a corrected add with another schema is refused)",
-)
 @pytest.mark.parametrize("access_name", ["a b", "s"])
 def test_a_rejected_access_name_leaves_no_table_behind(access_name):
     cat = Catalog()

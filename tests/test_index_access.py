@@ -27,7 +27,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
 import trio
-from conftest import assert_same_bag, bag, duckdb_table, table_rows
+from conftest import assert_same_bag, duckdb_table
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -40,13 +40,6 @@ from eddies.engine import (
     open_query,
     run_query,
 )
-
-# Known engine bug (see test_cycle_probe_into_index_only_stem_by_a_non_binding_edge): in a
-# cyclic query, a tuple that probes an index-only table's SteM by an edge that binds none of
-# its index AMs is dropped, and the lookups that would bring its matches may never happen.
-# While True, the sweeps below accept a sub-bag of DuckDB's result in exactly that situation
-# (never a wrong or duplicated row). Set to False once the engine is fixed.
-NONBINDING_PROBE_BUG = True
 
 # ---------------------------------------------------------------------------------------
 # helpers
@@ -157,12 +150,6 @@ def expected(sql: str, tables: dict[str, pa.Table]) -> pa.Table:
     return _EXPECTED[key]
 
 
-def assert_sub_bag(ours: pa.Table, sql: str, tables: dict, context: str) -> None:
-    """Every row of ``ours`` is in DuckDB's result, at most as often (nothing wrong added)."""
-    extra = bag(table_rows(ours)) - bag(table_rows(expected(sql, tables)))
-    assert not extra, f"rows DuckDB does not have [{context}]\nSQL: {sql}\n{extra}"
-
-
 @dataclass(frozen=True)
 class Shape:
     """A query shape: its FROM aliases (alias -> table) and its equi-join edges
@@ -210,17 +197,6 @@ class Shape:
                         changed = True
         return done == set(self.aliases)
 
-    def hits_known_bug(self, ams: dict[str, Sequence[tuple]]) -> bool:
-        """A cycle with an index-only alias joined by an edge that binds none of its AMs."""
-        if not NONBINDING_PROBE_BUG or len(self.edges) < len(self.aliases):
-            return False
-        for a1, c1, a2, c2 in self.edges:
-            for alias, cols in ((a1, c1), (a2, c2)):
-                table_ams = ams[self.aliases[alias]]
-                if SCAN not in table_ams and not self._binds(table_ams, cols):
-                    return True
-        return False
-
     @staticmethod
     def _binds(ams: Sequence[tuple], cols: Sequence[str]) -> bool:
         return any(am[0] == "index" and set(am[1]) <= set(cols) for am in ams)
@@ -259,10 +235,7 @@ def check(
         )
     run = run_query(sql, cat, policy=policy, batch_size=batch_size, seed=seed, debug=True)
     ctx = f"ams={ams} policy={policy} batch_size={batch_size} seed={seed}"
-    if shape.hits_known_bug(ams):
-        assert_sub_bag(run.table, sql, tables, ctx)
-    else:
-        assert_same_bag(run.table, sql, tables, context=ctx, expected=expected(sql, tables))
+    assert_same_bag(run.table, sql, tables, context=ctx, expected=expected(sql, tables))
     assert run.stats.failures == []
     lookups.assert_each_bind_once()
     return run, lookups
@@ -483,12 +456,6 @@ def test_triangle_with_every_mix_of_scan_and_index_ams(mix):
         check(TRIANGLE, TABLES, ams, policy=policy, batch_size=batch_size, seed=k)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="engine bug: in a cycle, a tuple probing an index-only SteM by an edge that binds "
-    "none of its index AMs is dropped without bounce-back, so its matches' lookups may never "
-    "happen (set NONBINDING_PROBE_BUG = False when fixed)",
-)
 def test_cycle_probe_into_index_only_stem_by_a_non_binding_edge():
     # r, t scanned; s only has an index on a. Static order: r probes t before t is built
     # (nothing), then t probes SteM s by s.b = t.b (binds no AM of s: nothing, not bounced
@@ -612,7 +579,7 @@ WITH_SCAN = {name: ams for name, ams in COMPETING.items() if SCAN in ams}
 @pytest.mark.parametrize("batch_size", [1, 3, None])
 def test_single_table_over_competing_ams(s_ams, batch_size):
     # No join: index AMs are never asked; scans' duplicates are still removed exactly.
-    # (Without any predicate see the xfail test below.)
+    # (Without any predicate: see test_single_table_without_predicates_over_scan_mirrors.)
     lookups = Lookups()
     cat = Catalog()
     add_ams(cat, "s", S, s_ams, lookups)
@@ -625,12 +592,6 @@ def test_single_table_over_competing_ams(s_ams, batch_size):
     assert not lookups.calls
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="engine bug: with no predicate, RoutingTable._compute sends an unbuilt singleton of "
-    "a single-table query straight to the output (complete before built), skipping the "
-    "build that removes competing scans' duplicates; debug's check_route does not flag it",
-)
 @pytest.mark.parametrize("sql", ["SELECT * FROM s", "SELECT count(*) FROM s"])
 def test_single_table_without_predicates_over_scan_mirrors(sql):
     s = pa.table({"a": [1, 1, 2]})
