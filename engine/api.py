@@ -53,6 +53,7 @@ class QueryResults:
         self._finalizer = Finalizer(plan.finalize, plan.output_columns)
         self._stop = stop
         self.exhausted = False  # the eddy finished and every result was taken
+        self.completed = trio.Event()  # set when the eddy ended normally
 
     def __aiter__(self) -> AsyncIterator[pa.RecordBatch]:
         return self._batches()
@@ -68,6 +69,9 @@ class QueryResults:
                     log.debug("limit reached, stopping the eddy", rows=self.stats.rows_out)
                     self._stop.cancel()
                     return
+        # The result channel also closes when the query fails (an AM with no competitor
+        # left): wait for the verdict, so a failure is never finished into a short result.
+        await self.completed.wait()
         for out in await finalizer.finish():
             self.stats.rows_out += out.num_rows
             yield out
@@ -141,7 +145,14 @@ async def open_query(
             stop = trio.CancelScope()
             results = QueryResults(plan, receive, stats, stop)
             nursery.start_soon(
-                _run_until_stopped, stop, plan, options, send, stats, name="eddies:query"
+                _run_until_stopped,
+                stop,
+                plan,
+                options,
+                send,
+                stats,
+                results.completed,
+                name="eddies:query",
             )
             try:
                 yield results
@@ -159,9 +170,11 @@ async def _run_until_stopped(
     options: RunOptions,
     send: trio.MemorySendChannel,
     stats: RunStats,
+    completed: trio.Event,
 ) -> None:
     with stop:
         await run_plan(plan, options, send, stats)
+        completed.set()
 
 
 async def _collect(sql: str, catalog: Catalog, options: dict) -> QueryRun:

@@ -254,7 +254,7 @@ class Catalog:
         ``lookup_on`` (a column or a list of columns) adds an index AM that looks rows up
         by those columns. Call it once per mirror: the mirrors' AMs compete, and when one
         times out, answers 5xx or drops connections past its retries, the eddy fails over
-        to the others. access_name defaults to ``<table>@<host:port>``.
+        to the others. access_name defaults to ``<table>.<host>-<port>``.
         """
         from eddies.sources.web import WebTable  # httpx is only needed for web tables
 
@@ -269,7 +269,7 @@ class Catalog:
             page_size=page_size,
         )
         schema, key = remote.describe()
-        base = access_name or f"{key_name}@{_host_of(url)}"
+        base = access_name or f"{key_name}.{_host_of(url)}"
         if not scan and not lookup_on:
             raise DataSourceError(f"table {name!r}: give scan=True or lookup_on=[...]")
         if scan:

@@ -42,6 +42,12 @@ from eddies.modules.key_encoding import KIND_FLOAT, common_kind, key_kind
 from eddies.router.query_graph import AccessInfo, AliasInfo, Edge, Predicate, QueryGraph
 from eddies.router.routing_table import Destination
 
+#: Probe tuples per Work sent to an index AM: a few lookups' worth per lookup slot, so the
+#: AM always has work queued, yet a big batch is spread over Works that the access chooser
+#: places one by one (a slow mirror never holds a whole scan batch hostage).
+LOOKUP_WORK_PER_LOOKUP = 4
+LOOKUP_WORK_MIN = 64
+
 #: Most predicates a query may have: Done bits are kept in one 63-bit mask.
 MAX_PREDICATES = 62
 
@@ -265,7 +271,9 @@ def _access_methods(tables: dict[str, CatalogTable]) -> list[AccessInfo]:
         for scan in table.scans:
             access.append(AccessInfo(len(access), scan.access_name or name, name, "scan"))
         for index in table.indexes:
-            access.append(AccessInfo(len(access), index.name, name, "index", index.on))
+            access.append(
+                AccessInfo(len(access), index.name, name, "index", index.on, index.max_concurrency)
+            )
     return access
 
 
@@ -406,6 +414,7 @@ def _destinations(graph: QueryGraph) -> list[Destination]:
                         table=a.table,
                         target_alias=a.index,
                         access=am.id,
+                        max_batch=max(LOOKUP_WORK_MIN, LOOKUP_WORK_PER_LOOKUP * am.max_concurrency),
                     )
                 )
     dests.append(Destination(len(dests), "output", "output", "output"))

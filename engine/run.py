@@ -144,6 +144,7 @@ async def run_plan(
                     targets,
                     first_alias[table],
                     scanned.get(table),
+                    stem.eots.get(spec.on) if (stem := modules.get(f"stem:{table}")) else None,
                 )
     channels = {name: trio.open_memory_channel(capacity) for name in modules}
     queues = [channels[d.module][0] for d in plan.destinations]

@@ -24,6 +24,8 @@ queue, and a Work (a batch of probe tuples) is answered once every lookup it nee
   wait for a worker, so its input queue fills when the source is the bottleneck.
 * When a scan of the same table has delivered every row (``scanned``), lookups still
   waiting are skipped and their Works answered at once: the SteM will hold every match.
+  So is a lookup whose bind values a competing AM has delivered meanwhile (its EOT is in
+  the SteM's ``eots``).
 """
 
 from __future__ import annotations
@@ -43,7 +45,7 @@ import trio
 from eddies.engine.catalog import IndexAccess
 from eddies.engine.errors import DataSourceError
 from eddies.modules.base import AccessFailed, Module, Returned, Work
-from eddies.modules.key_set import bind_columns
+from eddies.modules.key_set import KeySet, bind_columns
 from eddies.router.query_graph import AccessInfo, QueryGraph
 from eddies.router.tuple_batch import Eot, Signature, singleton_batch
 from eddies.sources.table_store import TableStore
@@ -81,6 +83,7 @@ class IndexAM(Module):
         targets: dict[int, int],
         first_alias: int,
         scanned: trio.Event | None = None,
+        eots: KeySet | None = None,
     ) -> None:
         self.name = f"am:{spec.name}"
         self.spec = spec
@@ -102,6 +105,7 @@ class IndexAM(Module):
         self._answer_ready = trio.Event()
         self._answer_destination = min(targets)
         self.scanned = scanned
+        self.eots = eots  # the SteM's EOTs for these bind columns (any AM's)
         self.skipped = 0
 
     # -- the module's tasks -----------------------------------------------------------
@@ -212,6 +216,10 @@ class IndexAM(Module):
                 continue
             if lookup.finished.is_set():  # skipped: a scan delivered the whole table
                 continue
+            if self._delivered_elsewhere(lookup.key):
+                self.skipped += 1
+                lookup.finished.set()
+                continue
             started = trio.current_time()
             self.lookups_started += 1
             rows, error = await self._look_up(lookup_fn, lookup.key)
@@ -224,6 +232,13 @@ class IndexAM(Module):
                 continue
             self._finished.append((lookup, rows))
             self._answer_ready.set()
+
+    def _delivered_elsewhere(self, key: tuple) -> bool:
+        """A competing AM's EOT for these bind values is in the SteM: nothing to fetch."""
+        if self.eots is None or not len(self.eots):
+            return False
+        values = [pa.array([v], type=t) for v, t in zip(key, self.on_types, strict=True)]
+        return bool(self.eots.contains(values)[0])
 
     async def _look_up(self, lookup_fn: Callable, key: tuple) -> tuple[pa.Table | None, str | None]:
         """One lookup with timeout and retries: (rows, None) or (None, error message)."""

@@ -5,18 +5,23 @@ tuple is sent to changes only speed, never the result. The eddy learns it from w
 observes (§4.1 routes by benefit over cost, the value of the results a module yields per
 unit of time): for each candidate module it keeps time-decayed sums of tuples in, results
 out and seconds spent, and sends a batch to the one with the most results per second —
-with a small share of batches drawn at random to keep the others' estimates fresh (the
-paper's eddy "keeps sending a small fraction of the tuples ... to explore").
+with a small share of batches drawn at random among idle candidates to keep the others'
+estimates fresh (the paper's eddy "keeps sending a small fraction of the tuples ... to
+explore").
 
 * A SteM probe yields the matches it finds; an index AM yields the matches its lookups
   return. While a scan is still filling the SteM, the index AM yields more (an index join);
   once the SteM holds most of the table, probing it is far cheaper (a hash join). Routing
   by results per second moves from one to the other as the costs change (Fig. 8).
-* Between mirrors, yields are alike and the seconds decide. A mirror that stops answering
-  has its cost raised by the age of its oldest unanswered Work, so the eddy moves away
-  without waiting for a timeout; a mirror that failed is no longer a candidate at all.
-* Modules whose input queue is full are skipped (back-pressure); with none free, the batch
-  waits.
+* Time is measured as throughput — tuples answered per wall second while the module had
+  work — and a choice looks at the time to finish the module's backlog plus the new
+  batch, so work spreads over mirrors in proportion to their speed and a slow mirror gets
+  a batch only when the fast one's backlog would take longer. A mirror that stops
+  answering loses throughput as its silence grows, so the eddy moves away without waiting
+  for a timeout; a mirror that failed is no longer a candidate at all.
+* Back-pressure: when the best module's input queue is full the batch waits for it (its
+  backlog already counts in its score, so a slower module with room is taken only when it
+  would finish sooner); exploring draws pick among modules with room.
 """
 
 from __future__ import annotations
@@ -37,24 +42,32 @@ YIELD_FLOOR = 1e-9
 
 
 class _Estimate:
-    """Time-decayed sums of tuples in, results out and seconds for one module."""
+    """Time-decayed observations of one module: tuples answered, results, busy seconds."""
 
-    __slots__ = ("busy", "last", "out", "outstanding", "since", "tuples")
+    __slots__ = ("active", "last", "last_answer", "last_event", "out", "outstanding", "tuples")
 
     def __init__(self) -> None:
-        self.tuples = 0.0
-        self.out = 0.0
-        self.busy = 0.0
-        self.last: float | None = None
+        self.tuples = 0.0  # tuples answered
+        self.out = 0.0  # results yielded
+        self.active = 0.0  # wall seconds with work outstanding
+        self.last: float | None = None  # when the sums were last decayed
         self.outstanding = 0  # tuples sent and not answered yet
-        self.since = 0.0  # when the oldest unanswered tuples were sent (or last answered)
+        self.last_event = 0.0  # when ``outstanding`` last changed
+        self.last_answer = 0.0  # when it last answered (or got work while idle)
 
     def decay(self, now: float) -> None:
         factor = 1.0 if self.last is None else 0.5 ** ((now - self.last) / HALF_LIFE)
         self.tuples *= factor
         self.out *= factor
-        self.busy *= factor
+        self.active *= factor
         self.last = now
+
+    def advance(self, now: float) -> None:
+        """Count the time since the last event as active if work was outstanding."""
+        self.decay(now)
+        if self.outstanding:
+            self.active += now - self.last_event
+        self.last_event = now
 
 
 class AccessChooser:
@@ -76,18 +89,25 @@ class AccessChooser:
             found = self._estimates[destination] = _Estimate()
         return found
 
-    def results_per_second(self, destination: int, now: float) -> float:
-        """The estimate the choice is made on (inf for a module not tried yet)."""
+    def results_per_second(self, destination: int, n: int, now: float) -> float:
+        """Expected results per second if ``n`` more tuples go to ``destination``: its
+        results per tuple times ``n``, over the time to finish its backlog and them
+        (inf for a module not tried yet)."""
         est = self._estimates.get(destination)
         if est is None or (est.tuples <= 0 and not est.outstanding):
             return math.inf  # never tried: try it
-        est.decay(now)
-        per_tuple = est.busy / est.tuples if est.tuples > 0 else 0.0
-        if est.outstanding:
-            # A stalled module's unanswered work counts against it while it waits.
-            per_tuple = max(per_tuple, (now - est.since) / est.outstanding)
-        hits = est.out / est.tuples if est.tuples > 0 else 1.0  # optimistic until it answers
-        return (hits + YIELD_FLOOR) / max(per_tuple, 1e-9)
+        est.advance(now)
+        if est.tuples > 0:
+            throughput = est.tuples / max(est.active, 1e-9)
+            if est.outstanding:
+                # A module that stops answering loses its estimate as it stays silent.
+                silent = now - est.last_answer
+                throughput = min(throughput, est.outstanding / max(silent, 1e-9))
+            hits = est.out / est.tuples
+        else:  # on trial: no more work until it has answered once
+            return 0.0
+        finish = (est.outstanding + n) / max(throughput, 1e-12)
+        return (hits + YIELD_FLOOR) * n / finish
 
     def choose(
         self, candidates: Sequence[int], n: int, has_room: Callable[[int], bool]
@@ -95,29 +115,37 @@ class AccessChooser:
         ready = [d for d in candidates if has_room(d)]
         if not ready:
             return None
-        if len(ready) == 1:
+        if len(candidates) == 1:
             return ready[0]
         if self.rng.random() < EXPLORE:
-            return ready[int(self.rng.integers(len(ready)))]
+            # Only idle modules are explored: a slow one never piles up exploring work.
+            idle = [d for d in ready if not self._estimate(d).outstanding]
+            if idle:
+                return idle[int(self.rng.integers(len(idle)))]
         now = self.clock()
-        scores = [self.results_per_second(d, now) for d in ready]
-        return ready[int(np.argmax(scores))]
+        # Scored with their backlogs, full modules included: when the best one is full,
+        # waiting for it beats sending to one that would finish later.
+        scores = [self.results_per_second(d, n, now) for d in candidates]
+        best = candidates[int(np.argmax(scores))]
+        return best if best in ready else None
 
     def on_routed(self, destination: int, tuples: int) -> None:
+        now = self.clock()
         est = self._estimate(destination)
+        est.advance(now)
         if est.outstanding == 0:
-            est.since = self.clock()
+            est.last_answer = now  # silence is counted from when work arrived
         est.outstanding += tuples
 
     def on_returned(self, destination: int, tuples_in: int, results: int, seconds: float) -> None:
-        """A module answered: ``tuples_in`` tuples done (0 for a partial answer),
-        ``results`` tuples yielded, ``seconds`` from taking the Work to answering it."""
+        """A module answered: ``tuples_in`` tuples done (0 for a partial answer) and
+        ``results`` tuples yielded. (``seconds``, its busy time, is not needed: throughput
+        is measured on the wall clock while work is outstanding.)"""
         now = self.clock()
         est = self._estimate(destination)
-        est.decay(now)
+        est.advance(now)
         est.out += results
         if tuples_in:
             est.tuples += tuples_in
-            est.busy += seconds
             est.outstanding = max(0, est.outstanding - tuples_in)
-            est.since = now
+            est.last_answer = now

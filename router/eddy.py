@@ -334,6 +334,11 @@ class Eddy:
         self._send(step, batch, entry)
 
     def _send(self, destination: int, batch: TupleBatch, entry) -> None:
+        limit = self.routing_table.destinations[destination].max_batch
+        if limit is not None and len(batch) > limit:
+            # The rest is routed afresh, next: each Work is placed on its own.
+            self._priority.appendleft(batch.take(slice(limit, None)))
+            batch = batch.take(slice(0, limit))
         if not self.has_room(destination):
             self._waiting.append((batch, destination))  # keep the decision: no re-split
             return

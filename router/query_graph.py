@@ -72,6 +72,7 @@ class AccessInfo:
     table: str
     kind: str  # "scan" | "index"
     on: tuple[str, ...] = ()
+    max_concurrency: int = 1  # index AMs: lookups in flight at once
 
 
 @dataclass

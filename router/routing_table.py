@@ -57,6 +57,7 @@ class Destination:
     target_alias: int | None = None
     predicate: int | None = None
     access: int | None = None  # for lookups: the AM's id in QueryGraph.access
+    max_batch: int | None = None  # larger batches are sent as several Works
 
 
 @dataclass(frozen=True)
@@ -217,6 +218,8 @@ class RoutingTable:
     def _floating(self, sig: Signature, pending) -> RouteEntry:
         """Floating tuples: SMs, then the SteMs of every other alias (relaxed BuildFirst)."""
         graph = self.graph
+        if sig.span == graph.all_aliases and sig.done == graph.all_predicates:
+            return RouteEntry((self.output,), (None,), complete=True)
         dests: list[int] = []
         edges: list[int | None] = []
         for p in pending:

@@ -288,12 +288,18 @@ class FixedDraws:
 
 
 def chooser(draw: float = 0.99):
-    now = [100.0]  # like perf_counter, never 0 (an estimate last updated at 0 never decays)
-    return AccessChooser(FixedDraws(draw), clock=lambda: now[0]), now
+    now = [100.0]
+    c = AccessChooser(FixedDraws(draw), clock=lambda: now[0])
+    c.test_now = now
+    return c, now
 
 
 def answered(c: AccessChooser, destination: int, tuples: int, results: int, seconds: float):
+    """Route ``tuples`` to ``destination`` and have it answer ``seconds`` later (fake clock)."""
     c.on_routed(destination, tuples)
+    now = getattr(c, "test_now", None)
+    if now is not None:
+        now[0] += seconds
     c.on_returned(destination, tuples, results, seconds)
 
 
@@ -304,7 +310,7 @@ def everywhere(destination: int) -> bool:
 def test_chooser_tries_an_untried_module_first():
     c, _ = chooser()
     answered(c, 0, 10, 10, 0.001)
-    assert c.results_per_second(1, 0.0) == math.inf
+    assert c.results_per_second(1, 1, 0.0) == math.inf
     assert c.choose([0, 1], 1, everywhere) == 1
 
 
@@ -333,7 +339,11 @@ def test_chooser_moves_away_from_a_stalled_module():
     assert c.choose([0, 1], 1, everywhere) == 1
     c.on_returned(0, 0, 0, 0.0)  # an empty partial answer does not end the stall
     assert c.choose([0, 1], 1, everywhere) == 1
-    c.on_returned(0, 10, 10, 0.01)  # answered: fast again
+    c.on_returned(0, 10, 10, 0.01)  # answered at last, after a 5 s stall ...
+    assert c.choose([0, 1], 1, everywhere) == 1
+    now[0] += 3.0  # ... the stall fades from the estimate, and fast answers win it back
+    for _ in range(5):
+        answered(c, 0, 10, 10, 0.01)
     assert c.choose([0, 1], 1, everywhere) == 0
 
 
@@ -350,6 +360,9 @@ def test_chooser_respects_room_and_explores():
     c, _ = chooser()
     answered(c, 0, 10, 10, 0.01)
     answered(c, 1, 10, 1, 1.0)
+    # The better module is full: wait for it, unless its backlog would take longer.
+    assert c.choose([0, 1], 1, lambda d: d == 1) is None
+    c.on_routed(0, 100_000)
     assert c.choose([0, 1], 1, lambda d: d == 1) == 1
     assert c.choose([0, 1], 1, lambda d: False) is None
     explorer, _ = chooser(draw=EXPLORE / 2)  # an exploring draw picks at random
