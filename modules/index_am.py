@@ -20,8 +20,12 @@ queue, and a Work (a batch of probe tuples) is answered once every lookup it nee
   When they are used up the AM fails: the eddy is told (:class:`AccessFailed`), every Work
   still here is handed back unchanged, and the eddy routes it to the table's other AMs
   (failover) — or fails the query naming the table, if none is left.
-* Back-pressure: the AM takes a new Work only while fewer than ``max_concurrency`` lookups
-  wait for a worker, so its input queue fills when the source is the bottleneck.
+* Back-pressure: the AM takes a new Work only while fewer than ``lookahead`` lookups wait
+  for a worker (``LOOKAHEAD_PER_LOOKUP`` per lookup slot, at least ``LOOKAHEAD_MIN``), so
+  its input queue fills when the source is the bottleneck — late enough that the eddy,
+  which admits no new source tuples while a batch waits for a full queue, is not held up
+  behind a few slow lookups (head-of-line blocking, stems-2003 §4.2). A Work whose bind
+  values are all asked for already adds no lookups.
 * When a scan of the same table has delivered every row (``scanned``), lookups still
   waiting are skipped and their Works answered at once: the SteM will hold every match.
   So is a lookup whose bind values a competing AM has delivered meanwhile (its EOT is in
@@ -51,6 +55,11 @@ from eddies.router.tuple_batch import Eot, Signature, singleton_batch
 from eddies.sources.table_store import TableStore
 
 log = structlog.get_logger("eddies.modules")
+
+#: Lookups an index AM lets wait for a worker before it stops taking Works, per lookup slot
+#: and at least: enough to keep every slot busy and absorb bursts of probes.
+LOOKAHEAD_PER_LOOKUP = 8
+LOOKAHEAD_MIN = 256
 
 
 @dataclass(eq=False)
@@ -95,6 +104,7 @@ class IndexAM(Module):
         self.targets = targets
         self.first_alias = first_alias
         self.on_types = [self.schema.field(c).type for c in spec.on]
+        self.lookahead = max(LOOKAHEAD_MIN, LOOKAHEAD_PER_LOOKUP * spec.max_concurrency)
         self.lookups: dict[tuple, _Lookup] = {}
         self.lookups_started = 0
         self.lookup_seconds = 0.0
@@ -129,7 +139,7 @@ class IndexAM(Module):
                     if self.scanned is not None:
                         nursery.start_soon(self._skip_when_scanned, name=f"{self.name}:scanned")
                     async for work in inbox:
-                        while self._waiting_for_worker >= self.spec.max_concurrency:
+                        while self._waiting_for_worker >= self.lookahead:
                             self._room = trio.Event()
                             await self._room.wait()
                         self._accept(work, nursery)

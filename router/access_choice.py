@@ -36,6 +36,8 @@ import numpy as np
 EXPLORE = 0.05
 #: Seconds for an observation's weight to halve: how fast the estimates forget.
 HALF_LIFE = 1.0
+#: How many more matches per tuple an index AM must find than the SteM to be preferred.
+HYBRID_MARGIN = 1.25
 #: Results per tuple credited to every candidate, so that when none yields anything
 #: (a very selective lookup) the cheaper one still wins.
 YIELD_FLOOR = 1e-9
@@ -77,11 +79,23 @@ class AccessChooser:
     """
 
     def __init__(
-        self, rng: np.random.Generator, clock: Callable[[], float] = time.perf_counter
+        self,
+        rng: np.random.Generator,
+        clock: Callable[[], float] = time.perf_counter,
+        capacity: dict[int, int] | None = None,
     ) -> None:
         self.rng = rng
         self.clock = clock
+        # Modules of bounded capacity (index AMs: tuples per Work); others (SteMs) unbounded.
+        self.capacity = capacity or {}
         self._estimates: dict[int, _Estimate] = {}
+
+    def hits(self, destination: int) -> float:
+        """Results per tuple so far (1.0, optimistic, before it has answered)."""
+        est = self._estimates.get(destination)
+        if est is None or est.tuples <= 0:
+            return 1.0
+        return est.out / est.tuples
 
     def _estimate(self, destination: int) -> _Estimate:
         found = self._estimates.get(destination)
@@ -123,11 +137,37 @@ class AccessChooser:
             if idle:
                 return idle[int(self.rng.integers(len(idle)))]
         now = self.clock()
+        stems = [d for d in candidates if d not in self.capacity]
+        if stems and len(stems) < len(candidates):
+            return self._hash_or_index(candidates, stems, n, now, ready)
         # Scored with their backlogs, full modules included: when the best one is full,
         # waiting for it beats sending to one that would finish later.
         scores = [self.results_per_second(d, n, now) for d in candidates]
         best = candidates[int(np.argmax(scores))]
         return best if best in ready else None
+
+    def _hash_or_index(self, candidates, stems, n: int, now: float, ready) -> int | None:
+        """SteM probe (hash join) or index AM (index join), stems-2003 §4.3.
+
+        A SteM probe is almost free, but while the table's scan is still filling the SteM
+        it finds only part of the matches (the rest arrive later, with the scan); a lookup
+        finds them all, at the index's pace. So an index AM with lookup slots to spare
+        takes the batch while it finds clearly more matches per tuple than the SteM;
+        otherwise the SteM does (a lookup backlog would only delay what the scan brings).
+        """
+        stem = max(stems, key=self.hits)
+        spare = [
+            d
+            for d in candidates
+            if d in self.capacity
+            and d in ready
+            and self._estimate(d).outstanding < self.capacity[d]
+            and self.hits(d) > HYBRID_MARGIN * self.hits(stem)
+            and self._estimate(stem).tuples > 0  # the SteM has been tried
+        ]
+        if spare:
+            return max(spare, key=lambda d: self.results_per_second(d, n, now))
+        return stem if stem in ready else None
 
     def on_routed(self, destination: int, tuples: int) -> None:
         now = self.clock()

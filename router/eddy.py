@@ -44,6 +44,10 @@ from eddies.router.tuple_batch import TupleBatch
 
 log = structlog.get_logger("eddies.router")
 
+#: Probe tuples that may wait in the eddy for full index AMs while new source tuples are
+#: still admitted (see ``Eddy._admission_blocked``); beyond it the sources are held back.
+MAX_WAITING_FOR_LOOKUPS = 65536
+
 
 @dataclass(slots=True)
 class SourceBatch:
@@ -124,6 +128,7 @@ class Eddy:
         self._build_tables = {
             d.id: d.table for d in routing_table.destinations if d.kind == "build"
         }
+        self._lookups = {d.id for d in routing_table.destinations if d.kind == "lookup"}
 
     def has_room(self, destination: int) -> bool:
         stats = self.queues[destination].statistics()
@@ -146,7 +151,7 @@ class Eddy:
                             self._send(destination, batch, entry)
                 if self._priority:
                     self._route(self._priority.popleft())
-                elif self._fresh_count and not self._waiting:
+                elif self._fresh_count and not self._admission_blocked():
                     self._route(self._next_fresh())
                 elif self._finished():
                     break
@@ -158,6 +163,23 @@ class Eddy:
             for queue in {id(q): q for q in self.queues}.values():
                 queue.close()
             self.stats.elapsed_seconds = time.perf_counter() - self._started
+
+    def _admission_blocked(self) -> bool:
+        """Whether waiting batches hold back new source tuples.
+
+        A batch that waits for a full SM or SteM does (back-pressure: the sources slow down
+        to the pace of the dataflow, and the lottery's favourite is waited for). A batch
+        that waits for an index AM does not, up to ``MAX_WAITING_FOR_LOOKUPS`` tuples:
+        fresh tuples may find their matches in the SteMs meanwhile, and stalling them
+        behind slow lookups is the head-of-line blocking SteMs exist to avoid (stems-2003
+        §4.2).
+        """
+        waiting_for_lookups = 0
+        for batch, destination in self._waiting:
+            if destination is None or destination not in self._lookups:
+                return True
+            waiting_for_lookups += len(batch)
+        return waiting_for_lookups > MAX_WAITING_FOR_LOOKUPS
 
     def _finished(self) -> bool:
         return (

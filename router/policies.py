@@ -56,7 +56,8 @@ class RoutingPolicy:
     def __init__(self, destinations: Sequence[Destination], rng: np.random.Generator) -> None:
         self.destinations = destinations
         self.rng = rng
-        self.access = AccessChooser(rng)
+        capacity = {d.id: d.max_batch for d in destinations if d.max_batch is not None}
+        self.access = AccessChooser(rng, capacity=capacity)
         probes = {d.target_alias: d.id for d in destinations if d.kind == "probe"}
         # An index AM's answers also count for the SteM probe that sent it prior probers.
         self.credit_to = {d.id: probes[d.target_alias] for d in destinations if d.kind == "lookup"}
@@ -206,8 +207,11 @@ class WindowedLotteryPolicy(LotteryPolicy):
     def _roll(self) -> None:
         now = self._clock()
         if now >= self._window_end:
-            self.tickets = self.escrow
-            self.escrow = np.zeros_like(self.escrow)
+            # A window in which nothing answered says nothing new (e.g. every module still
+            # finishes slow lookups after a change): keep the banked tickets then.
+            if self.escrow.any():
+                self.tickets = self.escrow
+                self.escrow = np.zeros_like(self.escrow)
             self._window_end = now + self.window
 
     def choose(self, entry: RouteEntry, n: int, has_room: HasRoom) -> Choice:
