@@ -25,7 +25,7 @@ from eddies.router.constraints import ConstraintChecker
 from eddies.router.eddy import Eddy, Source
 from eddies.router.policies import POLICIES, make_policy
 from eddies.router.routing_table import RoutingTable
-from eddies.router.stats import RunStats
+from eddies.router.stats import LookupStats, RunStats
 
 #: Rows per scan batch when neither the query nor the table sets one: large enough that
 #: per-batch costs (~10 µs a hop, ~20 Arrow/NumPy calls a probe) vanish, small enough that
@@ -145,6 +145,7 @@ async def run_plan(
                     first_alias[table],
                     scanned.get(table),
                     stem.eots.get(spec.on) if (stem := modules.get(f"stem:{table}")) else None,
+                    stats.lookups.setdefault(spec.name, LookupStats(spec.name)),
                 )
     channels = {name: trio.open_memory_channel(capacity) for name in modules}
     queues = [channels[d.module][0] for d in plan.destinations]

@@ -51,6 +51,7 @@ from eddies.engine.errors import DataSourceError
 from eddies.modules.base import AccessFailed, Module, Returned, Work
 from eddies.modules.key_set import KeySet, bind_columns
 from eddies.router.query_graph import AccessInfo, QueryGraph
+from eddies.router.stats import LookupStats
 from eddies.router.tuple_batch import Eot, Signature, singleton_batch
 from eddies.sources.table_store import TableStore
 
@@ -93,6 +94,7 @@ class IndexAM(Module):
         first_alias: int,
         scanned: trio.Event | None = None,
         eots: KeySet | None = None,
+        stats: LookupStats | None = None,
     ) -> None:
         self.name = f"am:{spec.name}"
         self.spec = spec
@@ -106,8 +108,7 @@ class IndexAM(Module):
         self.on_types = [self.schema.field(c).type for c in spec.on]
         self.lookahead = max(LOOKAHEAD_MIN, LOOKAHEAD_PER_LOOKUP * spec.max_concurrency)
         self.lookups: dict[tuple, _Lookup] = {}
-        self.lookups_started = 0
-        self.lookup_seconds = 0.0
+        self.stats = stats or LookupStats(spec.name)
         self.failed: str | None = None
         self._waiting_for_worker = 0
         self._room = trio.Event()
@@ -116,7 +117,6 @@ class IndexAM(Module):
         self._answer_destination = min(targets)
         self.scanned = scanned
         self.eots = eots  # the SteM's EOTs for these bind columns (any AM's)
-        self.skipped = 0
 
     # -- the module's tasks -----------------------------------------------------------
 
@@ -213,7 +213,7 @@ class IndexAM(Module):
         await self.scanned.wait()
         for lookup in self.lookups.values():
             if not lookup.finished.is_set():
-                self.skipped += 1
+                self.stats.skipped += 1
                 lookup.finished.set()
 
     async def _worker(self, lookup_fn: Callable, queue: trio.MemoryReceiveChannel) -> None:
@@ -227,14 +227,14 @@ class IndexAM(Module):
             if lookup.finished.is_set():  # skipped: a scan delivered the whole table
                 continue
             if self._delivered_elsewhere(lookup.key):
-                self.skipped += 1
+                self.stats.skipped += 1
                 lookup.finished.set()
                 continue
             started = trio.current_time()
-            self.lookups_started += 1
+            self.stats.lookups += 1
             rows, error = await self._look_up(lookup_fn, lookup.key)
             lookup.seconds = trio.current_time() - started
-            self.lookup_seconds += lookup.seconds
+            self.stats.seconds += lookup.seconds
             if error is not None:
                 lookup.failed = True
                 await self._fail(error)
@@ -267,6 +267,7 @@ class IndexAM(Module):
             except Exception as exc:  # any failure of a source counts; it is retried
                 error = _describe(exc)
             if attempt < self.spec.retries:
+                self.stats.retries += 1
                 log.debug("lookup retry", am=self.spec.name, bind=bind, error=error)
                 await trio.sleep(self.spec.backoff * 2**attempt)
         return None, f"lookup {bind} failed after {self.spec.retries + 1} attempts: {error}"
@@ -300,6 +301,7 @@ class IndexAM(Module):
                 tuple(pa.array([k[i] for k in keys], type=t) for i, t in enumerate(self.on_types)),
             )
             rows = self._matching(done, eot)
+            self.stats.rows += 0 if rows is None else rows.num_rows
             row_ids = (
                 self.store.append(rows.to_batches()[0])
                 if rows is not None and rows.num_rows

@@ -29,6 +29,20 @@ class ModuleStats:
     busy_seconds: float = 0.0
 
 
+@dataclass
+class LookupStats:
+    """What one index AM asked its source: lookups started (attempts beyond the first of a
+    lookup are retries), lookups skipped (a scan or a competing AM delivered the values),
+    rows its answers held, and seconds spent in lookups (summed over concurrent ones)."""
+
+    name: str
+    lookups: int = 0
+    retries: int = 0
+    skipped: int = 0
+    rows: int = 0
+    seconds: float = 0.0
+
+
 @dataclass(frozen=True)
 class RoutingEvent:
     """One routing decision: ``tuples`` tuples of one signature sent to ``destination``."""
@@ -51,6 +65,7 @@ class RunStats:
     elapsed_seconds: float = 0.0
     rows_out: int = 0
     failures: list[str] = field(default_factory=list)  # errors of AMs that failed
+    lookups: dict[str, LookupStats] = field(default_factory=dict)  # per index AM
     _time: array.array = field(default_factory=lambda: array.array("d"))
     _span: array.array = field(default_factory=lambda: array.array("q"))
     _done: array.array = field(default_factory=lambda: array.array("q"))
@@ -133,6 +148,13 @@ class RunStats:
                 f"{m.name:<{w}}{m.kind:<8}{m.tuples_in:>12}{m.tuples_out:>12}"
                 f"{m.batches_in:>10}{m.busy_seconds * 1000:>10.1f}"
             )
+        if self.lookups:
+            lines += ["", "index AMs: lookups started, retried, skipped; rows; lookup seconds"]
+            for s in self.lookups.values():
+                lines.append(
+                    f"  {s.name}: {s.lookups} lookups, {s.retries} retries, {s.skipped} "
+                    f"skipped, {s.rows} rows, {s.seconds:.2f} s"
+                )
         if self.failures:
             lines += ["", "access methods that failed (the eddy failed over):"]
             lines += [f"  {error}" for error in self.failures]

@@ -93,6 +93,21 @@ def test_a_mirror_failing_midway_leaves_the_result_exact(data):
         name: run.stats.modules[f"lookup:{name}@p"].tuples_in for name in ("dying", "steady")
     }
     assert looked_up["steady"] > 0
+    # The AMs' own counters: the dying mirror retried before it was given up, and every
+    # tailnum the query needs was asked of some mirror (or skipped: delivered already).
+    lookups = run.stats.lookups
+    assert lookups["dying"].retries >= 1 and lookups["steady"].lookups > 0
+    needed = len(
+        set(
+            data["flights"]
+            .filter(pc.equal(data["flights"]["carrier"], "B6"))["tailnum"]
+            .drop_null()
+            .to_pylist()
+        )
+    )
+    asked = sum(s.lookups + s.skipped for s in lookups.values())
+    assert asked >= needed
+    assert "index AMs: lookups started" in run.stats.format()
 
 
 def test_all_mirrors_failing_raises_naming_the_table_within_the_timeouts(data):
