@@ -199,6 +199,7 @@ async def run_plan(
         stats,
         ConstraintChecker(graph, plan.destinations) if options.debug else None,
         scanned,
+        {name[len("stem:") :]: m for name, m in modules.items() if name.startswith("stem:")},
     )
     async with trio.open_nursery() as nursery, to_eddy:
         for name, module in modules.items():

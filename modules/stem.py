@@ -212,6 +212,28 @@ class SteM(Module):
                 pending.append(prior)
         return pending
 
+    def held_as_prior_probers(self, alias: int, target: int) -> list[TupleBatch]:
+        """Every tuple held, in the role ``alias``, as prior probers of ``target``, one
+        batch per stored Done-bit set: they look their matches up again after the target
+        table's scans failed (see ``Eddy._fall_back_to_lookups``)."""
+        if not len(self):
+            return []
+        rows = self._rows.view().copy()
+        ts = self._ts.view() * self.n_aliases + alias
+        if not self.single_alias:  # stored Done bits are only kept for one-alias tables
+            return [
+                TupleBatch(Signature(1 << alias, 0, True, prior=1 << target), {alias: rows}, ts)
+            ]
+        done = self._done.view()
+        return [
+            TupleBatch(
+                Signature(1 << alias, int(d), True, prior=1 << target),
+                {alias: rows[done == d]},
+                ts[done == d],
+            )
+            for d in np.unique(done)
+        ]
+
     @property
     def complete(self) -> bool:
         """True when the SteM holds every row of its table (its scan is done and every

@@ -18,7 +18,8 @@ waiting (stems-2003 §2.1.1); the eddy then closes the modules' queues.
 
 Access methods can fail (stems-2003 §3.2, competitive AMs): a failed index AM is taken out
 of the routing table and its Works come back to be routed to the table's other AMs; a
-failed scan is dropped if another scan of its table goes on. When a table has no AM left
+failed scan is dropped if another scan of its table goes on, and when none does, the
+table falls back to its index AMs where a join binds one. When a table has no AM left
 that can serve what the query needs, the query fails with a DataSourceError naming the
 table and every AM's error — never a silently short result. When one scan of a table
 finishes, the eddy stops the table's other scans: all they would deliver is duplicates.
@@ -97,6 +98,7 @@ class Eddy:
         stats: RunStats,
         checker: ConstraintChecker | None = None,
         scanned: dict[str, trio.Event] | None = None,
+        stems: dict | None = None,
     ) -> None:
         self.routing_table = routing_table
         self.policy = policy
@@ -120,6 +122,7 @@ class Eddy:
         self._started = time.perf_counter()
         self._failures: dict[str, list[str]] = {}  # table -> errors of its failed AMs
         self._scanned = scanned or {}
+        self._stems = stems or {}  # table -> its SteM (to fall back from a failed scan)
         # Floating batches bounced by an incomplete SteM wait here, per table, until that
         # SteM builds more tuples or its scan ends (relaxed BuildFirst, stems-2003 §3.5).
         self._parked: dict[str, list[TupleBatch]] = {}
@@ -298,8 +301,50 @@ class Eddy:
         if not any(
             s.table == info.table and not s.closed and s.access not in self.routing_table.failed
             for s in self.sources
-        ):
+        ) and not self._fall_back_to_lookups(info.table):
             self._fail_table(info.table)
+
+    def _fall_back_to_lookups(self, table: str) -> bool:
+        """Every scan of ``table`` failed: serve it by its index AMs, if it has any left.
+
+        Tuples that probed the table's SteM were not bounced back while a scan was alive
+        (it would deliver their matches later). So from now on the SteM bounces probes as
+        an index-only table's does, and every tuple held in a SteM whose joins bind an index
+        of the table is sent again, as a prior prober, to look its matches up: the lookups
+        bring what the scan never delivered (rows it did deliver are dropped as duplicates
+        when they are built again), and those rows then find the held tuples (TimeStamp).
+        Returns False when no index AM is left, or no join binds one.
+        """
+        graph = self.routing_table.graph
+        if not any(am.id not in self.routing_table.failed for am in graph.indexes_of(table)):
+            return False
+        replays: list[TupleBatch] = []
+        for target in graph.aliases_of(table):
+            for p in graph.predicates:
+                edge = p.edge
+                if edge is None or target not in (edge.left, edge.right):
+                    continue
+                if not graph.bindable(edge, target):
+                    continue
+                holder = edge.other(target)
+                stem = self._stems.get(graph.aliases[holder].table)
+                if stem is None:
+                    continue
+                replays += stem.held_as_prior_probers(holder, target)
+        bindable = any(
+            p.edge is not None
+            and target in (p.edge.left, p.edge.right)
+            and graph.bindable(p.edge, target)
+            for target in graph.aliases_of(table)
+            for p in graph.predicates
+        )
+        if not bindable:
+            return False
+        log.warning("every scan failed: falling back to lookups", table=table)
+        self.routing_table.mark_scanless(table)
+        self._stems[table].has_scan = False
+        self._priority.extend(replays)
+        return True
 
     def _fail_table(self, table: str) -> None:
         errors = "; ".join(self._failures.get(table, [])) or "no access method can serve it"

@@ -101,6 +101,7 @@ class RoutingTable:
         }
         self.output = next(d.id for d in destinations if d.kind == "output")
         self.failed: set[int] = set()  # ids of AMs that failed
+        self.scanless: set[str] = set()  # tables whose every scan failed (lookups remain)
         self._entries: dict[Signature, RouteEntry] = {}
 
     def entry(self, sig: Signature) -> RouteEntry:
@@ -112,6 +113,15 @@ class RoutingTable:
     def mark_failed(self, access: int) -> None:
         """AM ``access`` failed: route around it from now on."""
         self.failed.add(access)
+        self._entries.clear()
+
+    def has_scan(self, table: str) -> bool:
+        """The table has a scan AM that has not failed."""
+        return self.graph.has_scan(table) and table not in self.scanless
+
+    def mark_scanless(self, table: str) -> None:
+        """Every scan of ``table`` failed: from now on it is served by its index AMs."""
+        self.scanless.add(table)
         self._entries.clear()
 
     def probe_edge(self, sig: Signature, target: int) -> int | None:
@@ -176,13 +186,13 @@ class RoutingTable:
         lookups_first = [(b, edge) for b, edge in connected if self._binds_index_only(b, edge)]
         # A probe of an index-only table by a join that binds none of its indexes can ask
         # for nothing: take it only when nothing else is left.
-        asking = [(b, e) for b, e in connected if graph.has_scan(graph.aliases[b].table)]
+        asking = [(b, e) for b, e in connected if self.has_scan(graph.aliases[b].table)]
         for b, edge in lookups_first or asking or connected:
             probe = self._probe[b]
             dests.append(probe)
             edges.append(edge)
             table = graph.aliases[b].table
-            if graph.has_scan(table) and not sig.looked >> b & 1:
+            if self.has_scan(table) and not sig.looked >> b & 1:
                 # Index or hash join for this step (stems-2003 §4.3): the AM's matches
                 # will build into the SteM that a scan also fills.
                 lookups = self.live_lookups(b, edge)
@@ -211,7 +221,7 @@ class RoutingTable:
         when the tuple has nothing else to do (see ``_compute``)."""
         graph = self.graph
         table = graph.aliases[target].table
-        return not graph.has_scan(table) and bool(
+        return not self.has_scan(table) and bool(
             graph.bindable(graph.predicates[edge].edge, target)
         )
 
