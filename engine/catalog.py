@@ -22,6 +22,7 @@ import pyarrow as pa
 from eddies.engine.errors import DataSourceError, EddiesError, UdfError
 from eddies.engine.expressions import FunctionSpec
 from eddies.sources.arrow_source import TableSource, make_source, plain_schema
+from eddies.sources.stream import StreamTable
 from eddies.sources.table_store import TableStore
 
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -167,6 +168,25 @@ class Catalog:
             raise DataSourceError(f"table {name!r}: pages must be a callable")
         source = TableSource(key_name, plain_schema(schema), pages=pages)
         self._add_scan(key_name, source, key, access_name)
+
+    def add_stream(
+        self,
+        name: str,
+        schema: pa.Schema,
+        *,
+        key: Sequence[str] | None = None,
+        access_name: str | None = None,
+    ) -> StreamTable:
+        """Add a scan AM fed by pushes from another thread; returns the :class:`StreamTable`
+        to push micro-batches into (``push(batch, batch_id)``, then ``close()``) while a
+        query runs, e.g. under :class:`eddies.engine.streaming.BackgroundQuery`. A replayed
+        ``batch_id`` adds no rows. Raises DataSourceError for a bad schema."""
+        key_name = _check_name(name, "table", DataSourceError)
+        if not isinstance(schema, pa.Schema):
+            raise DataSourceError(f"table {name!r}: schema must be a pyarrow Schema")
+        stream = StreamTable(key_name, schema)
+        self.add_scan(key_name, stream.schema, stream.pages, key=key, access_name=access_name)
+        return stream
 
     def add_index(
         self,

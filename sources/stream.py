@@ -1,0 +1,132 @@
+"""Stream tables: input pushed into a running query from another thread, batch by batch.
+
+A data engineer's micro-batches (Spark Structured Streaming's ``foreachBatch`` hands one
+DataFrame per trigger to a callback on a driver thread) must reach an eddy that runs under
+trio in a thread of its own. A :class:`StreamTable` is a table whose scan AM reads a trio
+memory channel; :meth:`StreamTable.push` — called from any thread but the query's —
+sends one Arrow batch into it and blocks until the scan AM has taken it, so the eddy's
+back-pressure reaches the producer. Micro-batches carry ids: a batch whose id was already
+taken is ignored (a producer that replays a batch after a failure adds no rows).
+:meth:`StreamTable.close` ends the input; the query then finishes like any other.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from collections.abc import AsyncIterator, Hashable
+from typing import Any
+
+import pyarrow as pa
+import trio
+
+from eddies.engine.errors import DataSourceError
+from eddies.sources.arrow_source import plain_schema
+
+#: Seconds ``push`` waits for a query to start reading the stream before it gives up.
+DEFAULT_START_TIMEOUT = 30.0
+
+
+class StreamTable:
+    """A table fed by :meth:`push` while one query reads it (register it with
+    ``Catalog.add_stream``). Thread-safe. One query reads a stream; once closed, it stays
+    closed (a later query sees no rows)."""
+
+    def __init__(self, name: str, schema: pa.Schema) -> None:
+        self.name = name
+        self.schema = plain_schema(schema)
+        self._lock = threading.Lock()
+        self._open = threading.Event()  # set while a query reads the stream
+        self._token: trio.lowlevel.TrioToken | None = None
+        self._send: trio.MemorySendChannel | None = None
+        self._taken: set[Hashable] = set()
+        self._closed = False
+        self.rows_taken = 0
+        self.batches_ignored = 0
+
+    async def pages(self) -> AsyncIterator[pa.RecordBatch]:
+        """The scan AM's side: yields pushed batches until :meth:`close` (trio only)."""
+        send, receive = trio.open_memory_channel[pa.RecordBatch](0)
+        with self._lock:
+            if self._send is not None:
+                raise DataSourceError(f"stream {self.name!r} is already read by a query")
+            self._token = trio.lowlevel.current_trio_token()
+            self._send = send
+            self._open.set()
+            if self._closed:
+                send.close()
+        try:
+            async with receive:
+                async for batch in receive:
+                    yield batch
+        finally:
+            with self._lock:
+                self._send = None
+                self._token = None
+                self._open.clear()
+
+    def push(
+        self,
+        data: Any,
+        batch_id: Hashable | None = None,
+        *,
+        start_timeout: float = DEFAULT_START_TIMEOUT,
+    ) -> bool:
+        """Send one micro-batch into the running query; blocks until the query takes it.
+
+        data: a pyarrow Table or RecordBatch (or pandas DataFrame) in the stream's schema.
+        batch_id: the micro-batch's id (e.g. Spark's ``batch_id``); a batch whose id was
+        taken before is ignored and False returned. Raises DataSourceError when the data
+        does not fit the schema, the stream is closed, or no query reads it within
+        ``start_timeout`` seconds. Must not be called from the query's own trio thread.
+        """
+        table = self._as_table(data)
+        if batch_id is not None and batch_id in self._taken:
+            self.batches_ignored += 1
+            return False
+        if not self._open.wait(start_timeout):
+            raise DataSourceError(
+                f"stream {self.name!r}: no query read it within {start_timeout} s"
+            )
+        with self._lock:
+            if self._closed:
+                raise DataSourceError(f"stream {self.name!r} is closed")
+            send, token = self._send, self._token
+        if send is None or token is None:
+            raise DataSourceError(f"stream {self.name!r}: its query has ended")
+        for batch in table.combine_chunks().to_batches():
+            try:
+                trio.from_thread.run(send.send, batch, trio_token=token)
+            except (trio.BrokenResourceError, trio.ClosedResourceError, trio.RunFinishedError):
+                raise DataSourceError(f"stream {self.name!r}: its query has ended") from None
+        if batch_id is not None:
+            self._taken.add(batch_id)
+        self.rows_taken += table.num_rows
+        return True
+
+    def close(self) -> None:
+        """End the stream: the query sees the end of its input once it took every batch."""
+        with self._lock:
+            self._closed = True
+            send, token = self._send, self._token
+        if send is not None and token is not None:
+            with contextlib.suppress(trio.RunFinishedError):  # the query already ended
+                trio.from_thread.run_sync(send.close, trio_token=token)
+
+    def _as_table(self, data: Any) -> pa.Table:
+        if isinstance(data, pa.RecordBatch):
+            data = pa.Table.from_batches([data])
+        elif type(data).__module__.startswith("pandas"):
+            data = pa.Table.from_pandas(data, preserve_index=False)
+        if not isinstance(data, pa.Table):
+            raise DataSourceError(
+                f"stream {self.name!r}: push a pyarrow Table or RecordBatch or a pandas "
+                f"DataFrame, not {type(data).__name__}"
+            )
+        missing = [n for n in self.schema.names if n not in data.column_names]
+        if missing:
+            raise DataSourceError(f"stream {self.name!r}: the batch lacks columns {missing}")
+        try:
+            return data.select(self.schema.names).cast(self.schema)
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
+            raise DataSourceError(f"stream {self.name!r}: the batch does not fit: {exc}") from exc

@@ -1,0 +1,105 @@
+"""Stream tables pushed into a query running in its own thread (the groundwork for Spark's
+``foreachBatch``): results equal DuckDB's over the union of the batches, a replayed batch
+id adds nothing, and misuse fails with a clear DataSourceError."""
+
+from __future__ import annotations
+
+import random
+
+import pyarrow as pa
+import pytest
+from conftest import assert_same_bag
+
+from eddies.engine import Catalog, DataSourceError
+from eddies.engine.streaming import BackgroundQuery
+
+EVENTS = pa.table(
+    {
+        "k": pa.array([i % 7 if i % 11 else None for i in range(300)], pa.int64()),
+        "v": pa.array(list(range(300)), pa.int64()),
+    }
+)
+DIM = pa.table({"k": pa.array([0, 1, 2, 3, 3, None], pa.int64()), "name": list("abcdef")})
+OTHER = pa.table({"k": pa.array([1, 2, 2, 5, None] * 4, pa.int64()), "w": list(range(20))})
+
+JOIN = "SELECT e.v, d.name FROM events e JOIN dim d ON e.k = d.k WHERE e.v % 3 <> 0"
+AGG = "SELECT d.name, count(*) AS n, sum(e.v) AS s FROM events e, dim d WHERE e.k = d.k GROUP BY 1"
+TWO_STREAMS = "SELECT e.v, o.w FROM events e JOIN other o ON e.k = o.k"
+
+
+def _pieces(table: pa.Table, seed: int) -> list[pa.Table]:
+    rng = random.Random(seed)
+    pieces, start = [], 0
+    while start < table.num_rows:
+        size = rng.randint(1, 60)
+        pieces.append(table.slice(start, size))
+        start += size
+    return pieces
+
+
+@pytest.mark.parametrize("sql", [JOIN, AGG])
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_pushed_micro_batches_with_replays_give_duckdbs_result(sql, seed):
+    cat = Catalog()
+    events = cat.add_stream("events", EVENTS.schema)
+    cat.add_table("dim", DIM)
+    query = BackgroundQuery(sql, cat, batch_size=16, policy="lottery", debug=True)
+    pieces = _pieces(EVENTS, seed)
+    rng = random.Random(seed)
+    for batch_id, piece in enumerate(pieces):
+        assert events.push(piece, batch_id)
+        if rng.random() < 0.3:  # the producer replays an earlier batch after a "failure"
+            again = rng.randrange(batch_id + 1)
+            assert not events.push(pieces[again], again)
+    events.close()
+    result = query.result(timeout=60)
+    assert_same_bag(result, sql, {"events": EVENTS, "dim": DIM})
+    assert events.rows_taken == EVENTS.num_rows
+
+
+def test_two_streams_join_each_other():
+    cat = Catalog()
+    events = cat.add_stream("events", EVENTS.schema)
+    other = cat.add_stream("other", OTHER.schema)
+    query = BackgroundQuery(TWO_STREAMS, cat, batch_size=8, debug=True)
+    for i, (left, right) in enumerate(zip(_pieces(EVENTS, 5), _pieces(OTHER, 6), strict=False)):
+        events.push(left, i)
+        other.push(right, i)
+    for i, piece in enumerate(_pieces(EVENTS, 5)):
+        events.push(piece, i)  # all replays by now, or new pieces past the zip
+    for i, piece in enumerate(_pieces(OTHER, 6)):
+        other.push(piece, i)
+    events.close()
+    other.close()
+    assert_same_bag(query.result(60), TWO_STREAMS, {"events": EVENTS, "other": OTHER})
+
+
+def test_results_reach_a_callback_as_they_are_produced():
+    got: list[pa.RecordBatch] = []
+    cat = Catalog()
+    events = cat.add_stream("events", EVENTS.schema)
+    cat.add_table("dim", DIM)
+    query = BackgroundQuery(JOIN, cat, on_batch=got.append, batch_size=16)
+    events.push(EVENTS.slice(0, 100), "a")
+    events.push(EVENTS.slice(100), "b")
+    events.close()
+    assert query.result(60).num_rows == 0  # delivered to the callback instead
+    assert_same_bag(pa.Table.from_batches(got), JOIN, {"events": EVENTS, "dim": DIM})
+
+
+def test_misuse_fails_clearly():
+    cat = Catalog()
+    events = cat.add_stream("events", EVENTS.schema)
+    with pytest.raises(DataSourceError, match="no query read it within"):
+        events.push(EVENTS, 1, start_timeout=0.05)
+    with pytest.raises(DataSourceError, match=r"lacks columns \['v'\]"):
+        events.push(EVENTS.select(["k"]), 2)
+    with pytest.raises(DataSourceError, match="push a pyarrow Table"):
+        events.push([1, 2, 3], 3)
+    cat.add_table("dim", DIM)
+    query = BackgroundQuery(JOIN, cat)
+    events.push(EVENTS, 4)
+    events.close()
+    query.result(60)
+    with pytest.raises(DataSourceError, match=r"closed|no query"):
+        events.push(EVENTS, 5, start_timeout=0.05)
