@@ -38,7 +38,6 @@ import contextlib
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -47,12 +46,12 @@ import structlog
 import trio
 
 from eddies.engine.catalog import IndexAccess
-from eddies.engine.errors import DataSourceError
 from eddies.modules.base import AccessFailed, Module, Returned, Work
 from eddies.modules.key_set import KeySet, bind_columns
 from eddies.router.query_graph import AccessInfo, QueryGraph
 from eddies.router.stats import LookupStats
 from eddies.router.tuple_batch import Eot, Signature, singleton_batch
+from eddies.sources.arrow_source import conform
 from eddies.sources.table_store import TableStore
 
 log = structlog.get_logger("eddies.modules")
@@ -261,7 +260,9 @@ class IndexAM(Module):
                 else:
                     with trio.fail_after(self.spec.timeout):
                         raw = await lookup_fn(bind)
-                return _as_table(raw, self.schema, self.spec.name), None
+                return conform(
+                    raw, self.schema, f"lookup of {self.spec.name!r}", rows_ok=True
+                ), None
             except trio.TooSlowError:
                 error = f"timed out after {self.spec.timeout} s"
             except Exception as exc:  # any failure of a source counts; it is retried
@@ -331,33 +332,3 @@ class IndexAM(Module):
 def _describe(exc: BaseException) -> str:
     text = str(exc)
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
-
-
-def _as_table(raw: Any, schema: pa.Schema, am: str) -> pa.Table:
-    """A lookup's answer as a Table in the table's schema; DataSourceError if impossible."""
-    if isinstance(raw, pa.RecordBatch):
-        raw = pa.Table.from_batches([raw])
-    elif isinstance(raw, list):
-        try:
-            raw = pa.Table.from_pylist(raw, schema=schema)
-        except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError) as exc:
-            raise DataSourceError(f"lookup of {am!r} returned rows that do not fit: {exc}") from exc
-    elif type(raw).__module__.startswith("pandas"):
-        raw = pa.Table.from_pandas(raw, preserve_index=False)
-    if not isinstance(raw, pa.Table):
-        raise DataSourceError(
-            f"lookup of {am!r} returned {type(raw).__name__}; return a pyarrow Table, a list "
-            "of dicts or a pandas DataFrame"
-        )
-    if raw.schema == schema:
-        return raw
-    present = set(raw.column_names)
-    missing = [n for n in schema.names if n not in present]
-    if missing:
-        raise DataSourceError(f"lookup of {am!r} returned rows without columns {missing}")
-    try:
-        return raw.select(schema.names).cast(schema)
-    except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
-        raise DataSourceError(
-            f"lookup of {am!r} returned columns of the wrong type: {exc}"
-        ) from exc

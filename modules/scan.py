@@ -25,7 +25,7 @@ from eddies.modules.base import AccessFailed
 from eddies.router.eddy import Source, SourceBatch, SourceDone
 from eddies.router.stats import ModuleStats
 from eddies.router.tuple_batch import singleton_batch
-from eddies.sources.arrow_source import TableSource
+from eddies.sources.arrow_source import TableSource, conform
 from eddies.sources.table_store import TableStore
 
 
@@ -119,15 +119,5 @@ class ScanAM:
 
 def _record_batches(page, source: TableSource) -> list[pa.RecordBatch]:
     """A page from an async source as RecordBatches in the table's schema."""
-    if isinstance(page, pa.RecordBatch):
-        page = pa.Table.from_batches([page])
-    if not isinstance(page, pa.Table):
-        raise DataSourceError(
-            f"table {source.name!r}: its pages must be pyarrow Tables or RecordBatches, "
-            f"got {type(page).__name__}"
-        )
-    missing = [n for n in source.schema.names if n not in page.column_names]
-    if missing:
-        raise DataSourceError(f"table {source.name!r}: a page lacks columns {missing}")
-    page = page.select(source.schema.names).cast(source.schema)
+    page = conform(page, source.schema, f"table {source.name!r}: a page")
     return [b for b in page.combine_chunks().to_batches() if b.num_rows]

@@ -87,6 +87,39 @@ def plain_schema(schema: pa.Schema) -> pa.Schema:
     )
 
 
+def conform(data: Any, schema: pa.Schema, where: str, *, rows_ok: bool = False) -> pa.Table:
+    """``data`` as a pyarrow Table in ``schema`` (its columns selected in order and cast).
+
+    Accepts a Table, a RecordBatch, a pandas DataFrame and, with ``rows_ok``, a list of
+    dicts. Raises DataSourceError that starts with ``where`` (e.g. "lookup of 'planes_am'")
+    and names what is wrong: the type, missing columns, or values that do not cast.
+    """
+    if isinstance(data, pa.RecordBatch):
+        data = pa.Table.from_batches([data])
+    elif rows_ok and isinstance(data, list):
+        try:
+            data = pa.Table.from_pylist(data, schema=schema)
+        except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError) as exc:
+            raise DataSourceError(f"{where}: rows that do not fit: {exc}") from exc
+    elif _is_pandas(data):
+        data = pa.Table.from_pandas(data, preserve_index=False)
+    if not isinstance(data, pa.Table):
+        accepted = "a pyarrow Table or RecordBatch, " + ("a list of dicts, " if rows_ok else "")
+        raise DataSourceError(
+            f"{where}: got {type(data).__name__}; push or return {accepted}or a pandas DataFrame"
+        )
+    if data.schema == schema:
+        return data
+    present = set(data.column_names)
+    missing = [n for n in schema.names if n not in present]
+    if missing:
+        raise DataSourceError(f"{where}: the data lacks columns {missing}")
+    try:
+        return data.select(schema.names).cast(schema)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
+        raise DataSourceError(f"{where}: columns of the wrong type: {exc}") from exc
+
+
 def _plain_table(table: pa.Table) -> pa.Table:
     schema = plain_schema(table.schema)
     return table if schema == table.schema else table.cast(schema)

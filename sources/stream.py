@@ -21,7 +21,7 @@ import pyarrow as pa
 import trio
 
 from eddies.engine.errors import DataSourceError
-from eddies.sources.arrow_source import plain_schema
+from eddies.sources.arrow_source import conform, plain_schema
 
 #: Seconds ``push`` waits for a query to start reading the stream before it gives up.
 DEFAULT_START_TIMEOUT = 30.0
@@ -80,7 +80,7 @@ class StreamTable:
         does not fit the schema, the stream is closed, or no query reads it within
         ``start_timeout`` seconds. Must not be called from the query's own trio thread.
         """
-        table = self._as_table(data)
+        table = conform(data, self.schema, f"stream {self.name!r}: a pushed batch")
         if batch_id is not None and batch_id in self._taken:
             self.batches_ignored += 1
             return False
@@ -112,21 +112,3 @@ class StreamTable:
         if send is not None and token is not None:
             with contextlib.suppress(trio.RunFinishedError):  # the query already ended
                 trio.from_thread.run_sync(send.close, trio_token=token)
-
-    def _as_table(self, data: Any) -> pa.Table:
-        if isinstance(data, pa.RecordBatch):
-            data = pa.Table.from_batches([data])
-        elif type(data).__module__.startswith("pandas"):
-            data = pa.Table.from_pandas(data, preserve_index=False)
-        if not isinstance(data, pa.Table):
-            raise DataSourceError(
-                f"stream {self.name!r}: push a pyarrow Table or RecordBatch or a pandas "
-                f"DataFrame, not {type(data).__name__}"
-            )
-        missing = [n for n in self.schema.names if n not in data.column_names]
-        if missing:
-            raise DataSourceError(f"stream {self.name!r}: the batch lacks columns {missing}")
-        try:
-            return data.select(self.schema.names).cast(self.schema)
-        except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
-            raise DataSourceError(f"stream {self.name!r}: the batch does not fit: {exc}") from exc
