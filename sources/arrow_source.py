@@ -104,10 +104,12 @@ def conform(data: Any, schema: pa.Schema, where: str, *, rows_ok: bool = False) 
     elif _is_pandas(data):
         data = pa.Table.from_pandas(data, preserve_index=False)
     if not isinstance(data, pa.Table):
-        accepted = "a pyarrow Table or RecordBatch, " + ("a list of dicts, " if rows_ok else "")
-        raise DataSourceError(
-            f"{where}: got {type(data).__name__}; push or return {accepted}or a pandas DataFrame"
+        accepted = (
+            "return a pyarrow Table or RecordBatch, a list of dicts or a pandas DataFrame"
+            if rows_ok
+            else "push a pyarrow Table or RecordBatch or a pandas DataFrame"
         )
+        raise DataSourceError(f"{where}: got {type(data).__name__}; {accepted}")
     if data.schema == schema:
         return data
     present = set(data.column_names)

@@ -94,7 +94,7 @@ def test_misuse_fails_clearly():
         events.push(EVENTS, 1, start_timeout=0.05)
     with pytest.raises(DataSourceError, match=r"lacks columns \['v'\]"):
         events.push(EVENTS.select(["k"]), 2)
-    with pytest.raises(DataSourceError, match="push or return a pyarrow Table"):
+    with pytest.raises(DataSourceError, match="push a pyarrow Table"):
         events.push([1, 2, 3], 3)
     cat.add_table("dim", DIM)
     query = BackgroundQuery(JOIN, cat)
