@@ -22,12 +22,14 @@ import datetime as dt
 import decimal
 import math
 import os
+import sys
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import duckdb
 import pyarrow as pa
+import pytest
 from hypothesis import HealthCheck, settings
 
 from eddies.engine import POLICIES, Catalog, execute
@@ -284,3 +286,24 @@ def check_all(
                     expected=expected,
                 )
     return expected
+
+
+# ---------------------------------------------------------------------------------------
+# Spark: one local[2] session for every test that asks for it (it takes ~6 s to start).
+@pytest.fixture(scope="session")
+def spark():
+    """A Spark ``local[2]`` session shared by the whole run; stopped at the end."""
+    from pyspark.sql import SparkSession
+
+    # Python workers (mapInArrow, applyInArrow) must run this interpreter, which has eddies.
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    session = (
+        SparkSession.builder.master("local[2]")
+        .appName("eddies-tests")
+        .config("spark.ui.enabled", "false")
+        .config("spark.sql.shuffle.partitions", "2")
+        .getOrCreate()
+    )
+    session.sparkContext.setLogLevel("ERROR")
+    yield session
+    session.stop()

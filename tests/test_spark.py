@@ -41,22 +41,6 @@ DIM = pa.table({"k": pa.array([0, 1, 2, 2, 5, None], pa.int64()), "name": list("
 SQL = "SELECT e.v, d.name FROM events e JOIN dim d ON e.k = d.k WHERE e.v % 4 <> 1"
 
 
-@pytest.fixture(scope="module")
-def spark():
-    from pyspark.sql import SparkSession
-
-    session = (
-        SparkSession.builder.master("local[2]")
-        .appName("eddies-tests")
-        .config("spark.ui.enabled", "false")
-        .config("spark.sql.shuffle.partitions", "2")
-        .getOrCreate()
-    )
-    session.sparkContext.setLogLevel("ERROR")
-    yield session
-    session.stop()
-
-
 def _files(folder, table: pa.Table, parts: int) -> None:
     folder.mkdir()
     size = -(-table.num_rows // parts)
