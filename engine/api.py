@@ -7,7 +7,7 @@ and yields result RecordBatches as soon as they are produced. ``execute`` and
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Hashable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 
@@ -16,6 +16,7 @@ import structlog
 import trio
 
 from eddies.engine.catalog import Catalog
+from eddies.engine.commit_points import Commit, CommitPoints
 from eddies.engine.errors import EddiesError
 from eddies.engine.finalize import Finalizer
 from eddies.engine.planner import Plan, plan_query
@@ -54,16 +55,42 @@ class QueryResults:
         self._stop = stop
         self.exhausted = False  # the eddy finished and every result was taken
         self.completed = trio.Event()  # set when the eddy ended normally
+        # Queries over stream tables: commit points cut the results into increments.
+        self.commit_points: CommitPoints | None = None
+        self.keep_increments = False  # True: commit() returns the batches since the last
+        self._since_commit: list[pa.RecordBatch] = []
 
     def __aiter__(self) -> AsyncIterator[pa.RecordBatch]:
         return self._batches()
+
+    async def commit(self, tag: Hashable) -> list[pa.RecordBatch]:
+        """Wait for the next commit point (see :mod:`eddies.engine.commit_points`): every
+        tuple pushed into the query's streams so far has been processed. Returns the result
+        batches yielded since the previous commit point if ``keep_increments`` is set
+        (else []). Another task must be iterating the results meanwhile. Raises EddiesError
+        if the query reads no stream table.
+        """
+        if self.commit_points is None:
+            raise EddiesError("commit points exist only for queries over stream tables")
+        return await self.commit_points.request(tag)
+
+    def take_increment(self) -> list[pa.RecordBatch]:
+        """The result batches kept since the last commit point (``keep_increments``)."""
+        taken, self._since_commit = self._since_commit, []
+        return taken
 
     async def _batches(self) -> AsyncIterator[pa.RecordBatch]:
         finalizer = self._finalizer
         async with self._receive:
             async for batch in self._receive:
+                if isinstance(batch, Commit):  # behind every result it stands for
+                    batch.results, self._since_commit = self._since_commit, []
+                    batch.done.set()
+                    continue
                 for out in await finalizer.push(batch):
                     self.stats.rows_out += out.num_rows
+                    if self.keep_increments:
+                        self._since_commit.append(out)
                     yield out
                 if finalizer.satisfied:  # LIMIT reached: stop the eddy early
                     log.debug("limit reached, stopping the eddy", rows=self.stats.rows_out)
@@ -151,7 +178,7 @@ async def open_query(
                 options,
                 send,
                 stats,
-                results.completed,
+                results,
                 name="eddies:query",
             )
             try:
@@ -170,11 +197,14 @@ async def _run_until_stopped(
     options: RunOptions,
     send: trio.MemorySendChannel,
     stats: RunStats,
-    completed: trio.Event,
+    results: QueryResults,
 ) -> None:
+    def attach(points: CommitPoints) -> None:
+        results.commit_points = points
+
     with stop:
-        await run_plan(plan, options, send, stats)
-        completed.set()
+        await run_plan(plan, options, send, stats, attach)
+        results.completed.set()
 
 
 async def _collect(sql: str, catalog: Catalog, options: dict) -> QueryRun:

@@ -9,10 +9,12 @@ flows back to the eddy through one inbox.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import trio
 
+from eddies.engine.commit_points import CommitPoints
 from eddies.engine.errors import EddiesError
 from eddies.engine.planner import Plan
 from eddies.modules.base import Module
@@ -21,6 +23,7 @@ from eddies.modules.output import OutputModule
 from eddies.modules.scan import ScanAM
 from eddies.modules.selection import SelectionModule
 from eddies.modules.stem import BuildClock, SteM
+from eddies.modules.window import StreamClock
 from eddies.router.constraints import ConstraintChecker
 from eddies.router.eddy import Eddy, Source
 from eddies.router.policies import POLICIES, make_policy
@@ -82,13 +85,25 @@ def seed_scheduler(seed: int) -> None:
 
 
 async def run_plan(
-    plan: Plan, options: RunOptions, results: trio.MemorySendChannel, stats: RunStats
+    plan: Plan,
+    options: RunOptions,
+    results: trio.MemorySendChannel,
+    stats: RunStats,
+    on_commit_points: Callable[[CommitPoints], None] | None = None,
 ) -> None:
-    """Execute ``plan``; complete tuples leave as RecordBatches on ``results`` (closed at end)."""
+    """Execute ``plan``; complete tuples leave as RecordBatches on ``results`` (closed at end).
+
+    A plan that reads stream tables also gets :class:`CommitPoints`, handed to
+    ``on_commit_points`` before any task starts.
+    """
     graph = plan.graph
     table_stores = {table: entry.new_store() for table, entry in plan.tables.items()}
     stores = {a.index: table_stores[a.table] for a in graph.aliases}
     clock = BuildClock()
+    streams = {t: e.stream for t, e in plan.tables.items() if e.stream is not None}
+    stream_clocks = {t: StreamClock(t, plan.tables[t].window) for t in streams}
+    alias_clocks = {a.index: stream_clocks[a.table] for a in graph.aliases if a.table in streams}
+    stats.windows.update(stream_clocks)
     capacity = options.queue_capacity or DEFAULT_QUEUE_CAPACITY
     batch_size = options.batch_size or DEFAULT_BATCH_SIZE
 
@@ -114,6 +129,7 @@ async def run_plan(
             probes,
             key=plan.tables[table].key,
             scanned=scanned.get(table),
+            clocks=alias_clocks,
         )
     for p in graph.predicates:
         modules[p.name] = SelectionModule(p, stores)
@@ -201,7 +217,22 @@ async def run_plan(
         scanned,
         {name[len("stem:") :]: m for name, m in modules.items() if name.startswith("stem:")},
     )
+    commits: CommitPoints | None = None
+    if streams:
+        commits = CommitPoints(
+            eddy,
+            list(streams.values()),
+            {t for t, e in plan.tables.items() if e.scans and t not in streams},
+            [m.evict for m in modules.values() if isinstance(m, SteM) and m.stream_clock],
+        )
+        for scan, table in zip(scans, scan_tables, strict=True):
+            if table in streams:  # static tables are read in full before a stream starts
+                scan.start_after = commits.streams_may_start
+        if on_commit_points is not None:
+            on_commit_points(commits)
     async with trio.open_nursery() as nursery, to_eddy:
+        if commits is not None:
+            nursery.start_soon(commits.run, results.clone(), name="eddies:commit-points")
         for name, module in modules.items():
             nursery.start_soon(
                 module.serve, channels[name][1], to_eddy.clone(), name=f"eddies:{name}"

@@ -3,31 +3,41 @@
 A :class:`~eddies.sources.stream.StreamTable` is fed by ``push`` calls from the caller's
 thread (a Spark ``foreachBatch`` callback, say) while the eddy runs under trio elsewhere:
 :class:`BackgroundQuery` is that elsewhere — one ``trio.run`` in a daemon thread for the
-life of the query. Result batches go to ``on_batch`` as they leave the eddy (called in
-the query's thread; keep it short) or are collected; :meth:`BackgroundQuery.result` waits
-for the end and re-raises the query's error, if any.
+life of the query. Results go, as they leave the eddy, to ``on_batch`` (called in the
+query's thread; keep it short), or in increments to a sink (:mod:`eddies.engine.sinks`):
+after pushing a micro-batch, the producer calls :meth:`BackgroundQuery.commit`, which
+waits until every pushed tuple has been processed (a commit point, see
+:mod:`eddies.engine.commit_points`) and writes the results since the previous commit to
+the sink, in the producer's thread. Without either, results are collected for
+:meth:`BackgroundQuery.result`, which waits for the end and re-raises the query's error.
 """
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from typing import Any
 
 import pyarrow as pa
 import trio
 
-from eddies.engine.api import open_query
+from eddies.engine.api import QueryResults, open_query
 from eddies.engine.catalog import Catalog
 from eddies.engine.errors import EddiesError
+from eddies.engine.sinks import FINAL, Sink
 from eddies.router.stats import RunStats
+
+#: Seconds :meth:`BackgroundQuery.commit` waits for the query to start.
+START_TIMEOUT = 300.0
 
 
 class BackgroundQuery:
     """``sql`` over ``catalog`` under trio in a daemon thread, started at construction.
 
-    on_batch: called with each result RecordBatch as it is produced (None: collect them
-    for :meth:`result`); options: as for :func:`eddies.engine.run_query`.
+    on_batch: called with each result RecordBatch as it is produced; sink: receives the
+    results in increments, one per :meth:`commit` (and a last one tagged ``"final"``);
+    neither: results are collected for :meth:`result`. options: as for
+    :func:`eddies.engine.run_query`. Raises EddiesError when given both.
     """
 
     def __init__(
@@ -36,9 +46,13 @@ class BackgroundQuery:
         catalog: Catalog,
         *,
         on_batch: Callable[[pa.RecordBatch], Any] | None = None,
+        sink: Sink | None = None,
         **options: Any,
     ) -> None:
+        if on_batch is not None and sink is not None:
+            raise EddiesError("give BackgroundQuery on_batch or sink, not both")
         self.sql = sql
+        self.sink = sink
         self.stats: RunStats | None = None
         self._on_batch = on_batch
         self._batches: list[pa.RecordBatch] = []
@@ -46,6 +60,10 @@ class BackgroundQuery:
         self._error: BaseException | None = None
         self._options = options
         self._catalog = catalog
+        self._results: QueryResults | None = None
+        self._token: trio.lowlevel.TrioToken | None = None
+        self._started = threading.Event()
+        self._finished = False
         self._thread = threading.Thread(target=self._run, name="eddies-query", daemon=True)
         self._thread.start()
 
@@ -54,23 +72,57 @@ class BackgroundQuery:
             trio.run(self._main)
         except BaseException as exc:  # handed to the caller by result()
             self._error = exc
+        finally:
+            self._started.set()  # a query that failed to start must not leave commit() waiting
 
     async def _main(self) -> None:
         async with open_query(self.sql, self._catalog, **self._options) as results:
             self._schema = results.schema
             self.stats = results.stats
+            # With a sink, the batches since the last commit wait in the results.
+            results.keep_increments = self.sink is not None
+            self._results = results
+            self._token = trio.lowlevel.current_trio_token()
+            self._started.set()
             async for batch in results:
                 if self._on_batch is not None:
                     self._on_batch(batch)
-                else:
+                elif self.sink is None:
                     self._batches.append(batch)
 
     @property
     def running(self) -> bool:
         return self._thread.is_alive()
 
+    @property
+    def schema(self) -> pa.Schema | None:
+        """The result's schema once the query has started (None before)."""
+        return self._schema
+
+    def commit(self, tag: Hashable, timeout: float | None = None) -> int:
+        """Wait for a commit point; write the results since the previous one to the sink.
+
+        Call from a producer thread after pushing (e.g. with the micro-batch's tag). Returns
+        the number of result rows in this increment. Raises EddiesError when the query has
+        ended (its error, if it failed) or did not start within ``timeout`` seconds.
+        """
+        if not self._started.wait(START_TIMEOUT if timeout is None else timeout):
+            raise EddiesError("the query did not start in time")
+        results, token = self._results, self._token
+        if results is None or token is None:
+            raise self._error or EddiesError("the query has ended")
+        try:
+            batches = trio.from_thread.run(results.commit, tag, trio_token=token)
+        except trio.RunFinishedError:
+            raise self._error or EddiesError("the query has ended") from None
+        table = self._table(batches)
+        if self.sink is not None:
+            self.sink.write(table, tag)
+        return table.num_rows
+
     def result(self, timeout: float | None = None) -> pa.Table:
-        """Wait for the query to end; the collected result (empty with ``on_batch``).
+        """Wait for the query to end; the collected result (empty with ``on_batch`` or a
+        sink; a sink gets its last increment, tagged ``"final"``, and is closed).
 
         Raises the query's EddiesError, or EddiesError if it is still running after
         ``timeout`` seconds.
@@ -80,5 +132,13 @@ class BackgroundQuery:
             raise EddiesError(f"the query is still running after {timeout} s")
         if self._error is not None:
             raise self._error
+        assert self._schema is not None and self._results is not None
+        if self.sink is not None and not self._finished:
+            self._finished = True
+            self.sink.write(self._table(self._results.take_increment()), FINAL)
+            self.sink.close()
+        return self._table(self._batches)
+
+    def _table(self, batches: list[pa.RecordBatch]) -> pa.Table:
         assert self._schema is not None
-        return pa.Table.from_batches(self._batches, schema=self._schema)
+        return pa.Table.from_batches(batches, schema=self._schema)

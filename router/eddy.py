@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -132,6 +133,11 @@ class Eddy:
             d.id: d.table for d in routing_table.destinations if d.kind == "build"
         }
         self._lookups = {d.id for d in routing_table.destinations if d.kind == "lookup"}
+        # Continuous queries: called whenever the eddy may have become idle, and when it
+        # ends (see eddies.engine.commit_points); ``ended`` is then True.
+        self.on_idle: Callable[[], None] | None = None
+        self.ended = False
+        self._inbox: trio.MemoryReceiveChannel | None = None
 
     def has_room(self, destination: int) -> bool:
         stats = self.queues[destination].statistics()
@@ -140,6 +146,7 @@ class Eddy:
     async def run(self, inbox: trio.MemoryReceiveChannel) -> None:
         """Route until the query is finished, then close every module queue."""
         self._started = time.perf_counter()
+        self._inbox = inbox
         try:
             while True:
                 self._drain(inbox)
@@ -159,6 +166,8 @@ class Eddy:
                 elif self._finished():
                     break
                 else:
+                    if self.on_idle is not None and self.idle():
+                        self.on_idle()
                     self._accept(await inbox.receive())
                     continue
                 await trio.lowlevel.checkpoint()  # let the modules and scans run
@@ -166,6 +175,23 @@ class Eddy:
             for queue in {id(q): q for q in self.queues}.values():
                 queue.close()
             self.stats.elapsed_seconds = time.perf_counter() - self._started
+            self.ended = True
+            if self.on_idle is not None:
+                self.on_idle()
+
+    def idle(self) -> bool:
+        """True when nothing is in flight, queued, parked or unread in the inbox: every
+        tuple delivered so far has been fully processed (a quiescent point)."""
+        return (
+            self._in_flight == 0
+            and not (self._priority or self._fresh_count or self._waiting)
+            and not any(self._parked.values())
+            and (self._inbox is None or self._inbox.statistics().current_buffer_used == 0)
+        )
+
+    def scans_closed(self, tables: set[str]) -> bool:
+        """True when every scan AM of these tables has finished (or was stopped)."""
+        return all(s.closed for s in self.sources if s.table in tables)
 
     def _admission_blocked(self) -> bool:
         """Whether waiting batches hold back new source tuples.

@@ -1,24 +1,247 @@
 """Spark Structured Streaming as a source: micro-batches fed to a running eddy.
 
 ``foreachBatch`` hands each micro-batch to a Python callback on the Spark driver with its
-``batch_id``; :func:`feed_stream` makes that callback turn the batch into Arrow
-(``DataFrame.toArrow``) and push it into a :class:`~eddies.sources.stream.StreamTable`,
-which blocks until the eddy's scan AM has taken it — so the eddy's back-pressure reaches
-Spark: the next trigger does not start before the eddy has taken this batch.
+``batch_id``. :func:`attach` starts one eddy query (one trio run in a thread of its own,
+:class:`~eddies.engine.streaming.BackgroundQuery`) over any number of streaming
+DataFrames, each registered as a stream table beside the catalog's static tables and web
+sources. Each callback turns its micro-batch into Arrow (``DataFrame.toArrow``), pushes it
+into the stream table — blocking until the eddy's scan AM has taken it, so the eddy's
+back-pressure reaches Spark — then waits for a commit point (every pushed tuple processed)
+and writes the results it caused to the sink, tagged ``(stream, batch_id)``. Only then does
+Spark see the micro-batch as done and commit it to its checkpoint.
 
-Exactly-once at the eddy: Spark may run a ``batch_id`` again (a failed attempt of the
-callback, or the last uncommitted batch when a query restarts from its checkpoint
-location). Within one running attachment, the StreamTable ignores a batch id it has
-taken before, so a replay adds no rows and no results. The eddy's own state (its SteMs)
-lives in memory: after a restart of the Python process the query starts over, and Spark's
-checkpoint decides which batches it is fed again.
+Exactly-once at the eddy. Spark runs a ``batch_id`` again after a failed attempt of the
+callback, and, when a query restarts from its checkpoint location, the last batch whose
+callback did not finish. Within one attachment the stream table remembers every batch id
+it took and ignores a replay: no rows, no results, no sink write. Across a restart of the
+process the eddy's state (its SteMs) starts empty: Spark's checkpoint (one folder per
+stream under ``checkpoint_location``) says where each stream resumes, so no batch is lost
+and none is fed twice, and a stream-static join's increments are the same as before —
+:class:`~eddies.engine.sinks.ParquetSink` names files by tag, so a replayed increment
+replaces its file. A stream-stream join restarted this way joins only what arrives after
+the restart (see docs/streaming.md).
 """
 
 from __future__ import annotations
 
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
+import structlog
+
+from eddies.engine.catalog import Catalog
+from eddies.engine.errors import DataSourceError, EddiesError
+from eddies.engine.sinks import Sink
+from eddies.engine.streaming import BackgroundQuery
+from eddies.modules.window import Window
 from eddies.sources.stream import StreamTable
+
+log = structlog.get_logger("eddies.spark")
+
+
+@dataclass(frozen=True)
+class MicroBatch:
+    """What one micro-batch did: rows pushed, result rows committed for it, seconds from
+    the callback's start to its commit point (``replayed``: an id seen before, ignored)."""
+
+    stream: str
+    batch_id: int
+    rows_in: int
+    rows_out: int
+    seconds: float
+    replayed: bool = False
+
+
+class SparkAttachment:
+    """An eddy query attached to Spark streaming queries (made by :func:`attach`).
+
+    ``query``: the BackgroundQuery; ``streaming_queries``: the Spark StreamingQuery per
+    stream table; ``micro_batches``: a :class:`MicroBatch` per callback, in order;
+    ``stats``: the eddy's live RunStats (None until the query has started).
+    """
+
+    def __init__(
+        self,
+        query: BackgroundQuery,
+        streams: dict[str, StreamTable],
+        on_micro_batch: Callable[[MicroBatch], Any] | None,
+    ) -> None:
+        self.query = query
+        self.streams = streams
+        self.streaming_queries: dict[str, Any] = {}
+        self.micro_batches: list[MicroBatch] = []
+        self._on_micro_batch = on_micro_batch
+        self._lock = threading.Lock()
+
+    @property
+    def stats(self):
+        return self.query.stats
+
+    def callback(self, name: str) -> Callable[[Any, int], None]:
+        """The ``foreachBatch`` function of stream ``name``."""
+        stream = self.streams[name]
+
+        def push_and_commit(batch_df: Any, batch_id: int) -> None:
+            started = time.perf_counter()
+            tag = (name, int(batch_id))
+            table = batch_df.toArrow()
+            try:
+                taken = stream.push(table, tag)
+                rows_out = self.query.commit(tag) if taken else 0
+            except EddiesError as exc:
+                raise self._query_error() or exc from None
+            record = MicroBatch(
+                name,
+                int(batch_id),
+                table.num_rows,
+                rows_out,
+                time.perf_counter() - started,
+                replayed=not taken,
+            )
+            with self._lock:
+                self.micro_batches.append(record)
+            log.info(
+                "micro-batch committed" if taken else "micro-batch replayed, ignored",
+                stream=name,
+                batch_id=int(batch_id),
+                rows_in=record.rows_in,
+                rows_out=rows_out,
+                seconds=round(record.seconds, 4),
+            )
+            if self._on_micro_batch is not None:
+                self._on_micro_batch(record)
+
+        return push_and_commit
+
+    def _query_error(self) -> BaseException | None:
+        if self.query.running:
+            return None
+        try:
+            self.query.result(0)
+        except BaseException as exc:  # the eddy's own error explains a failed push
+            return exc
+        return None
+
+    def await_termination(self, timeout: float | None = None) -> pa.Table:
+        """Wait for every Spark streaming query to end (e.g. ``availableNow``), close the
+        streams and wait for the eddy; returns the collected result (empty with a sink,
+        which gets its last increment and is closed). Raises the eddy's error, or an
+        EddiesError naming the stream whose Spark query failed, or after ``timeout``
+        seconds per wait."""
+        for name, streaming in self.streaming_queries.items():
+            try:
+                finished = streaming.awaitTermination(timeout)
+            except Exception as exc:  # pyspark's StreamingQueryException: a failed callback
+                self.stop_spark()
+                for stream in self.streams.values():
+                    stream.close()
+                raise self._query_error() or EddiesError(
+                    f"stream {name!r}: the Spark streaming query failed: {exc}"
+                ) from None
+            if timeout is not None and not finished:
+                raise EddiesError(f"stream {name!r}: Spark query still running after {timeout} s")
+        return self._finish(timeout)
+
+    def stop_spark(self) -> None:
+        """Stop every Spark streaming query of this attachment (no error if stopped)."""
+        for streaming in self.streaming_queries.values():
+            streaming.stop()
+
+    def stop(self, timeout: float | None = None) -> pa.Table:
+        """Stop the Spark streaming queries, close the streams, wait for the eddy; as
+        :meth:`await_termination`."""
+        self.stop_spark()
+        return self._finish(timeout)
+
+    def _finish(self, timeout: float | None) -> pa.Table:
+        for stream in self.streams.values():
+            stream.close()
+        error = self._query_error()
+        if error is not None:
+            raise error
+        for name, streaming in self.streaming_queries.items():
+            failure = streaming.exception()
+            if failure is not None:
+                raise EddiesError(f"stream {name!r}: the Spark streaming query failed: {failure}")
+        return self.query.result(timeout)
+
+
+def arrow_schema(spark_schema: Any) -> pa.Schema:
+    """The Arrow schema of a Spark StructType (as ``DataFrame.toArrow`` produces it)."""
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    return to_arrow_schema(spark_schema)
+
+
+def attach(
+    sql: str,
+    catalog: Catalog,
+    streams: Mapping[str, Any],
+    *,
+    checkpoint_location: str | Path,
+    trigger: dict[str, Any] | None = None,
+    sink: Sink | None = None,
+    windows: Mapping[str, Window] | None = None,
+    query_name: str | None = None,
+    on_micro_batch: Callable[[MicroBatch], Any] | None = None,
+    **options: Any,
+) -> SparkAttachment:
+    """Run ``sql`` as one continuous eddy query fed by Spark streaming DataFrames.
+
+    streams: table name -> streaming DataFrame; each becomes a stream table of
+    ``catalog`` (its schema from Spark's; an existing stream table of that name is used
+    as is), to be joined with the catalog's other tables, streams and web sources.
+    checkpoint_location: a folder; stream ``name`` checkpoints in ``<folder>/<name>``.
+    trigger: keyword arguments for ``DataStreamWriter.trigger`` (``{"availableNow":
+    True}``, ``{"processingTime": "5 seconds"}``; None: Spark's default). sink: where
+    result increments go (None: collected, returned by ``await_termination``). windows:
+    table name -> RowWindow/EventTimeWindow for new stream tables. on_micro_batch: called
+    with a :class:`MicroBatch` after each commit (progress displays). options: as for
+    :func:`eddies.engine.execute` (policy, batch_size, ...).
+
+    Raises DataSourceError for a name that is a static table, EddiesError for a bad query
+    (before any Spark query starts).
+    """
+    if not streams:
+        raise EddiesError("attach() needs at least one streaming DataFrame")
+    windows = dict(windows or {})
+    unknown = set(windows) - set(streams)
+    if unknown:
+        raise EddiesError(f"windows given for tables that are not streams here: {sorted(unknown)}")
+    tables: dict[str, StreamTable] = {}
+    for name, frame in streams.items():
+        if not getattr(frame, "isStreaming", False):
+            raise DataSourceError(f"stream {name!r}: not a streaming DataFrame (readStream)")
+        if catalog.has_table(name):
+            existing = catalog.table(name).stream
+            if existing is None:
+                raise DataSourceError(f"table {name!r} exists and is not a stream table")
+            tables[name] = existing
+        else:
+            tables[name] = catalog.add_stream(
+                name, arrow_schema(frame.schema), window=windows.get(name)
+            )
+    from eddies.engine.planner import plan_query
+
+    plan_query(sql, catalog)  # a bad query fails here, before Spark starts anything
+    query = BackgroundQuery(sql, catalog, sink=sink, **options)
+    attachment = SparkAttachment(query, tables, on_micro_batch)
+    root = Path(checkpoint_location)
+    for name, frame in streams.items():
+        writer = frame.writeStream.foreachBatch(attachment.callback(name)).option(
+            "checkpointLocation", str(root / name)
+        )
+        if trigger:
+            writer = writer.trigger(**trigger)
+        writer = writer.queryName(f"{query_name or 'eddies'}-{name}")
+        attachment.streaming_queries[name] = writer.start()
+    log.info("attached to Spark", streams=list(streams), checkpoint=str(root))
+    return attachment
 
 
 def feed_stream(
@@ -30,12 +253,13 @@ def feed_stream(
     query_name: str | None = None,
 ) -> Any:
     """Start a Spark streaming query that pushes each micro-batch of ``streaming_df`` into
-    ``stream``; returns the ``pyspark.sql.streaming.StreamingQuery``.
+    ``stream`` (no commit points: results leave as the eddy produces them); returns the
+    ``pyspark.sql.streaming.StreamingQuery``. Prefer :func:`attach`, which also commits
+    each micro-batch's results to a sink.
 
-    checkpoint_location: Spark's checkpoint folder for this query (required: it is what
-    lets Spark resume, and replay, by ``batch_id``); trigger: keyword arguments for
-    ``DataStreamWriter.trigger`` (e.g. ``{"availableNow": True}`` or
-    ``{"processingTime": "5 seconds"}``). Close the stream (``stream.close()``) after the
+    checkpoint_location: Spark's checkpoint folder for this query (it is what lets Spark
+    resume, and replay, by ``batch_id``); trigger: keyword arguments for
+    ``DataStreamWriter.trigger``. Close the stream (``stream.close()``) after the
     streaming query has terminated to let the eddy finish.
     """
 

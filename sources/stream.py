@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
-from collections.abc import AsyncIterator, Hashable
+from collections.abc import AsyncIterator, Callable, Hashable
 from typing import Any
 
 import pyarrow as pa
@@ -23,8 +23,9 @@ import trio
 from eddies.engine.errors import DataSourceError
 from eddies.sources.arrow_source import conform, plain_schema
 
-#: Seconds ``push`` waits for a query to start reading the stream before it gives up.
-DEFAULT_START_TIMEOUT = 30.0
+#: Seconds ``push`` waits for a query to start reading the stream (after the query's static
+#: tables are read in full) before it gives up.
+DEFAULT_START_TIMEOUT = 300.0
 
 
 class StreamTable:
@@ -43,6 +44,10 @@ class StreamTable:
         self._closed = False
         self.rows_taken = 0
         self.batches_ignored = 0
+        # Set while the scan AM waits for the next batch: everything pushed before has
+        # been handed on to the eddy. ``on_wait`` (set by the running query) is told.
+        self.waiting = False
+        self.on_wait: Callable[[], None] | None = None
 
     async def pages(self) -> AsyncIterator[pa.RecordBatch]:
         """The scan AM's side: yields pushed batches until :meth:`close` (trio only)."""
@@ -57,9 +62,19 @@ class StreamTable:
                 send.close()
         try:
             async with receive:
-                async for batch in receive:
+                while True:
+                    self.waiting = True
+                    if self.on_wait is not None:
+                        self.on_wait()
+                    try:
+                        batch = await receive.receive()
+                    except trio.EndOfChannel:
+                        return
+                    finally:
+                        self.waiting = False
                     yield batch
         finally:
+            self.waiting = False
             with self._lock:
                 self._send = None
                 self._token = None
@@ -96,13 +111,19 @@ class StreamTable:
             raise DataSourceError(f"stream {self.name!r}: its query has ended")
         for batch in table.combine_chunks().to_batches():
             try:
-                trio.from_thread.run(send.send, batch, trio_token=token)
+                trio.from_thread.run(self._hand_over, send, batch, trio_token=token)
             except (trio.BrokenResourceError, trio.ClosedResourceError, trio.RunFinishedError):
                 raise DataSourceError(f"stream {self.name!r}: its query has ended") from None
         if batch_id is not None:
             self._taken.add(batch_id)
         self.rows_taken += table.num_rows
         return True
+
+    async def _hand_over(self, send: trio.MemorySendChannel, batch: pa.RecordBatch) -> None:
+        # Not waiting from now on, before the scan AM resumes: a commit point requested
+        # right after this push must not be granted before the batch is processed.
+        self.waiting = False
+        await send.send(batch)
 
     def close(self) -> None:
         """End the stream: the query sees the end of its input once it took every batch."""

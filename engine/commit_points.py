@@ -1,0 +1,121 @@
+"""Commit points: where a continuous query's result stream is cut into micro-batches.
+
+An eddy over streams never ends, so "the result" is a sequence of increments. A producer
+that pushed a micro-batch into a :class:`~eddies.sources.stream.StreamTable` asks for a
+commit point (:meth:`CommitPoints.request`); it is granted at the next *quiescent* moment
+of the dataflow — the eddy has nothing in flight, queued or parked (``Eddy.idle``), every
+stream's scan AM waits for its next batch, and every static table's scans have finished —
+so every tuple pushed so far has been routed to completion and every result it produced
+has been sent to the result channel. A :class:`Commit` marker then goes down the result
+channel behind those results; the consumer (``QueryResults``) hands the results received
+since the previous marker to ``on_commit`` and releases the producer. Results between two
+commit points are exactly those caused by the tuples pushed between them (stream-static
+joins: by that micro-batch).
+
+Quiescent points are also where windowed SteMs drop their expired tuples for good
+(stems-2003 §2.3: with nothing in flight, no probe can still see them).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Hashable
+from dataclasses import dataclass, field
+
+import trio
+
+from eddies.router.eddy import Eddy
+from eddies.sources.stream import StreamTable
+
+
+@dataclass
+class Commit:
+    """A marker in the result channel: results before it were caused by tuples pushed
+    before the commit points ``tags`` were requested. ``done`` is set by the consumer."""
+
+    tags: list[Hashable]
+    done: trio.Event = field(default_factory=trio.Event)
+    results: list = field(default_factory=list)  # filled by the consumer: result batches
+
+
+class CommitPoints:
+    """Grants commit points at quiescent moments of one running query (see module doc).
+
+    eddy: the query's eddy; streams: the StreamTables it reads; static_tables: tables read
+    by scans that end (they must be read in full before a commit point); on_quiescent:
+    called at every quiescent moment (windowed SteMs compact there).
+    """
+
+    def __init__(
+        self,
+        eddy: Eddy,
+        streams: list[StreamTable],
+        static_tables: set[str],
+        on_quiescent: list[Callable[[], None]] | None = None,
+    ) -> None:
+        self.eddy = eddy
+        self.streams = streams
+        self.static_tables = static_tables
+        self.on_quiescent = on_quiescent or []
+        self._requests: list[Commit] = []
+        self._wake = trio.Event()
+        self._wake.set()  # look once at the start: a query may have no static table
+        self.granted = 0
+        # Set once every static table's scans have finished: the streams' scan AMs wait
+        # for it, so static tables are older than every stream tuple (windows rely on it).
+        self.streams_may_start = trio.Event()
+        eddy.on_idle = self.changed
+        for stream in streams:
+            stream.on_wait = self.changed
+
+    def changed(self) -> None:
+        """Something may have become quiescent (cheap; called by the eddy and streams)."""
+        self._wake.set()
+
+    def quiescent(self) -> bool:
+        return (
+            self.eddy.idle()
+            and all(s.waiting for s in self.streams)
+            and self.eddy.scans_closed(self.static_tables)
+        )
+
+    async def request(self, tag: Hashable) -> list:
+        """Wait for the next commit point; the result batches since the previous one.
+
+        Must be called in the query's trio run (producers use ``trio.from_thread``)."""
+        commit = Commit([tag])
+        self._requests.append(commit)
+        self._wake.set()
+        await commit.done.wait()
+        return commit.results
+
+    async def run(self, results: trio.MemorySendChannel) -> None:
+        """The long-lived task: sends a :class:`Commit` marker down ``results`` at each
+        quiescent moment someone waits for; at the end of the query, a last one."""
+        async with results:
+            while True:
+                await self._wake.wait()
+                self._wake = trio.Event()
+                if self.eddy.ended:
+                    break
+                if not self.streams_may_start.is_set():
+                    if not self.eddy.scans_closed(self.static_tables):
+                        continue
+                    self.streams_may_start.set()
+                if not self.quiescent():
+                    continue
+                for compact in self.on_quiescent:
+                    compact()
+                if self._requests:
+                    await self._grant(results)
+            if self._requests:  # the query ended: every result is out
+                await self._grant(results)
+
+    async def _grant(self, results: trio.MemorySendChannel) -> None:
+        waiting, self._requests = self._requests, []
+        marker = Commit([tag for c in waiting for tag in c.tags])
+        self.granted += 1
+        await results.send(marker)
+        await marker.done.wait()
+        for c in waiting:
+            c.results = marker.results if c is waiting[0] else []
+            c.done.set()
