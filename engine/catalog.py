@@ -21,6 +21,7 @@ import pyarrow as pa
 
 from eddies.engine.errors import DataSourceError, EddiesError, UdfError
 from eddies.engine.expressions import FunctionSpec
+from eddies.modules.window import Window, check_window
 from eddies.sources.arrow_source import TableSource, make_source, plain_schema
 from eddies.sources.stream import StreamTable
 from eddies.sources.table_store import TableStore
@@ -73,6 +74,12 @@ class CatalogTable:
     key: tuple[str, ...] | None = None
     scans: list[TableSource] = field(default_factory=list)
     indexes: list[IndexAccess] = field(default_factory=list)
+    window: Window | None = None  # a stream table's SteM window
+
+    @property
+    def stream(self) -> StreamTable | None:
+        """The StreamTable feeding this table, if it is a stream table."""
+        return self.scans[0].stream if len(self.scans) == 1 else None
 
     @property
     def access_count(self) -> int:
@@ -176,16 +183,32 @@ class Catalog:
         *,
         key: Sequence[str] | None = None,
         access_name: str | None = None,
+        window: Window | None = None,
     ) -> StreamTable:
-        """Add a scan AM fed by pushes from another thread; returns the :class:`StreamTable`
+        """Add a table fed by pushes from another thread; returns the :class:`StreamTable`
         to push micro-batches into (``push(batch, batch_id)``, then ``close()``) while a
         query runs, e.g. under :class:`eddies.engine.streaming.BackgroundQuery`. A replayed
-        ``batch_id`` adds no rows. Raises DataSourceError for a bad schema."""
+        ``batch_id`` adds no rows.
+
+        window: bound the table's SteM (stems-2003 §2.3): ``RowWindow(n)`` keeps the last
+        n tuples, ``EventTimeWindow(column, span)`` the tuples whose event time is within
+        ``span`` of the newest seen (see :mod:`eddies.modules.window` for the exact
+        semantics). None: every tuple is kept for the life of the query.
+        Raises DataSourceError for a bad schema or window.
+        """
         key_name = _check_name(name, "table", DataSourceError)
         if not isinstance(schema, pa.Schema):
             raise DataSourceError(f"table {name!r}: schema must be a pyarrow Schema")
+        if name.lower() in self._tables:
+            raise DataSourceError(
+                f"table {name!r} already exists; a stream table has exactly one AM, its stream"
+            )
         stream = StreamTable(key_name, schema)
-        self.add_scan(key_name, stream.schema, stream.pages, key=key, access_name=access_name)
+        if window is not None:
+            check_window(window, stream.schema, f"stream {name!r}")
+        source = TableSource(key_name, stream.schema, pages=stream.pages, stream=stream)
+        self._add_scan(key_name, source, key, access_name)
+        self._tables[key_name].window = window
         return stream
 
     def add_index(
@@ -371,6 +394,10 @@ class Catalog:
         entry = self._tables.get(name)
         if entry is None:
             return CatalogTable(name, schema, key_columns)
+        if entry.stream is not None:
+            raise DataSourceError(
+                f"table {name!r} is a stream table: it has exactly one AM, its stream"
+            )
         if not _same_schema(entry.schema, schema):
             raise DataSourceError(
                 f"table {name!r}: the new access method's schema differs from the table's: "

@@ -54,6 +54,7 @@ class ScanAM:
         self.batch_size = source.batch_size or batch_size
         self.built = built
         self.stats = stats
+        self.start_after: trio.Event | None = None  # a stream waits for the static tables
 
     async def run(self, to_eddy: trio.MemorySendChannel, source: Source, index: int) -> None:
         """Deliver every batch, each after taking a slot of ``source.admission``."""
@@ -72,6 +73,8 @@ class ScanAM:
                 await to_eddy.send(SourceDone(index))
 
     async def _deliver(self, to_eddy: trio.MemorySendChannel, source: Source, index: int):
+        if self.start_after is not None:
+            await self.start_after.wait()
         if self.source.delay:
             await trio.sleep(self.source.delay)
         started = trio.current_time()  # trio's clock: a MockClock drives tests

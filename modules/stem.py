@@ -52,12 +52,15 @@ from eddies.modules.key_encoding import (
 from eddies.modules.key_set import KeySet, bind_columns
 from eddies.modules.row_identity import RowIdentity
 from eddies.modules.stem_index import GrowableArray, SortedRunIndex
+from eddies.modules.window import EventTimeWindow, StreamClock, event_times, valid_mask
 from eddies.router.query_graph import Predicate, QueryGraph
 from eddies.router.tuple_batch import Signature, TupleBatch
 from eddies.sources.table_store import TableStore
 
 #: Largest batch a probe returns at once; larger results leave as several partial answers.
 MAX_OUTPUT_ROWS = 1 << 16
+#: A windowed SteM evicts once it holds at least this many dead rows (and as many as live).
+EVICT_MIN_ROWS = 4096
 
 
 class BuildClock:
@@ -131,6 +134,7 @@ class SteM(Module):
         probe_targets: dict[int, int],
         key: tuple[str, ...] | None = None,
         scanned: trio.Event | None = None,
+        clocks: dict[int, StreamClock] | None = None,
     ) -> None:
         self.name = f"stem:{table}"
         self.table = table
@@ -141,7 +145,13 @@ class SteM(Module):
         self.stores = stores
         self.store = stores[self.aliases[0]]
         self.clock = clock
+        self.index_kinds = index_kinds
         self.indexes = {cols: ColumnIndex(cols, kinds) for cols, kinds in index_kinds.items()}
+        # Stream tables: arrival/expiry TimeStamps per stream alias (windows, see
+        # eddies.modules.window); this table's own clock if it is a stream.
+        self.clocks = clocks or {}
+        self.stream_clock = self.clocks.get(self.aliases[0])
+        self._windowed = any(c.window is not None for c in self.clocks.values())
         self.build_destination = build_destination
         self.probe_targets = probe_targets
         # Sized for the whole table when it is known, so builds never copy on growth.
@@ -292,12 +302,55 @@ class SteM(Module):
         (row_ids,) = batch.rows.values()
         self._rows.extend(row_ids)
         self._ts.extend(raw_ts)
+        if self.stream_clock is not None:
+            self._clock_built(row_ids, raw_ts)
         done = batch.signature.done if self.single_alias else 0
         self._done.extend(np.full(len(row_ids), done, dtype=np.uint64))
         return [
             TupleBatch(Signature(1 << a, done, True), {a: row_ids}, raw_ts * self.n_aliases + a)
             for a in self.aliases
         ]
+
+    def _clock_built(self, row_ids: np.ndarray, raw_ts: np.ndarray) -> None:
+        clock = self.stream_clock
+        assert clock is not None
+        window = clock.window
+        if isinstance(window, EventTimeWindow):
+            times, span = event_times(self.store.gather(window.column, row_ids), window)
+            clock.built(row_ids, raw_ts, self._rows.view(), self._ts.view(), times, span)
+        else:
+            clock.built(row_ids, raw_ts, self._rows.view(), self._ts.view())
+        clock.stored(len(self.store))
+
+    def evict(self) -> None:
+        """Drop expired tuples for good: from this SteM, its indexes and the row store.
+
+        Call only at a quiescent point (no row id of this table in flight). Amortized: it
+        runs once the dead rows (expired, or never built) are as many as the live ones.
+        """
+        clock = self.stream_clock
+        if clock is None or clock.window is None or not len(self._rows):
+            return
+        rows = self._rows.view()
+        live = ~clock.expired(rows)
+        n_live = int(np.count_nonzero(live))
+        if len(self.store) - n_live < max(EVICT_MIN_ROWS, n_live):
+            return
+        kept = rows[live]
+        self.store.compact(kept)
+        clock.renumber(kept)
+        ts, done = self._ts.view()[live], self._done.view()[live]
+        capacity = max(1024, 2 * n_live)
+        self._rows, self._ts, self._done = (
+            GrowableArray(np.int64, capacity),
+            GrowableArray(np.int64, capacity),
+            GrowableArray(np.uint64, capacity),
+        )
+        self._rows.extend(np.arange(n_live, dtype=np.int64))
+        self._ts.extend(ts)
+        self._done.extend(done)
+        self.indexes = {c: ColumnIndex(c, k) for c, k in self.index_kinds.items()}
+        clock.stored(len(self.store))
 
     def _catch_up(self, index: ColumnIndex) -> ColumnIndex:
         """Index the tuples built since this index was last probed.
@@ -368,6 +421,13 @@ class SteM(Module):
             return []
         rows = {a: ids[probe_idx] for a, ids in batch.rows.items()}
         rows[target] = self._rows.view()[pos]
+        if self._windowed:  # only tuples all inside their windows (eddies.modules.window)
+            inside = valid_mask(rows, self.clocks)
+            if inside is not None and not inside.all():
+                probe_idx, pos = probe_idx[inside], pos[inside]
+                rows = {a: ids[inside] for a, ids in rows.items()}
+                if len(pos) == 0:
+                    return []
         result = TupleBatch(batch.signature, rows, batch.ts[probe_idx])
         done = sig.done | (predicate.bit if predicate is not None else 0)
         span = sig.span | (1 << target)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import array
 from dataclasses import dataclass, field
+from typing import Any
 
 import pyarrow as pa
 
@@ -66,6 +67,8 @@ class RunStats:
     rows_out: int = 0
     failures: list[str] = field(default_factory=list)  # errors of AMs that failed
     lookups: dict[str, LookupStats] = field(default_factory=dict)  # per index AM
+    # Per stream table, its eddies.modules.window.StreamClock (late and evicted rows).
+    windows: dict[str, Any] = field(default_factory=dict)
     _time: array.array = field(default_factory=lambda: array.array("d"))
     _span: array.array = field(default_factory=lambda: array.array("q"))
     _done: array.array = field(default_factory=lambda: array.array("q"))

@@ -46,6 +46,7 @@ class TableSource:
     pages: Callable[[], AsyncIterator[Any]] | None = None
     access_name: str = ""
     build: bool = True  # False: relaxed BuildFirst (see Catalog.add_table)
+    stream: Any = None  # the StreamTable feeding ``pages``, for a stream table
 
     def plain(self, batch: pa.RecordBatch) -> pa.RecordBatch:
         """A batch in :attr:`schema` (dictionary-encoded columns decoded)."""

@@ -50,6 +50,15 @@ class TableStore:
         self._columns.clear()
         return np.arange(start, start + batch.num_rows, dtype=np.int64)
 
+    def compact(self, kept: np.ndarray) -> None:
+        """Keep only the rows ``kept`` (row ids, in the order wanted); they become rows
+        0..len(kept)-1. Only safe where no row id of this store is in flight (a windowed
+        stream's SteM evicting at a quiescent point, see eddies.modules.window)."""
+        self._table = self._table.take(pa.array(kept, pa.int64())).combine_chunks()
+        self._chunks = self._table.to_batches() or []
+        self._preloaded = False
+        self._columns.clear()
+
     def column(self, name: str) -> pa.Array:
         """All values of one column as a single Array (cached until the next append).
 
