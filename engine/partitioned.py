@@ -529,7 +529,8 @@ def _group_fn(payload: _Payload):
 def _arrow_schema(df: Any) -> pa.Schema:
     from pyspark.sql.pandas.types import to_arrow_schema
 
-    return plain_schema(to_arrow_schema(df.schema))
+    timezone = df.sparkSession.conf.get("spark.sql.session.timeZone")
+    return plain_schema(to_arrow_schema(df.schema, timezone=timezone))
 
 
 def _spark_schema(spark: Any, schema: pa.Schema) -> tuple[Any, pa.Schema]:
