@@ -557,8 +557,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     return args
 
 
-def run(args: argparse.Namespace, work: Path) -> int:
-    """Set up, stream, check and report; the exit status."""
+def run(args: argparse.Namespace, work: Path, session: Any = None) -> int:
+    """Set up, stream, check and report; the exit status. ``session``: a SparkSession to
+    use (and leave running) instead of starting one on ``--master``."""
     try:
         from eddies.engine.sinks import ParquetSink
         from eddies.sources.spark import attach
@@ -598,12 +599,14 @@ def run(args: argparse.Namespace, work: Path) -> int:
             access_name="airports.http",
         )
 
-        with console.status(f"starting Spark ({args.master})"):
-            t0 = time.perf_counter()
-            spark = start_spark(args.master, args.conf)
-        console.print(
-            f"Spark {spark.version} on {args.master} started in {time.perf_counter() - t0:.1f} s"
-        )
+        if session is None:
+            with console.status(f"starting Spark ({args.master})"):
+                t0 = time.perf_counter()
+                spark = start_spark(args.master, args.conf)
+            console.print(
+                f"Spark {spark.version} on {args.master} started in "
+                f"{time.perf_counter() - t0:.1f} s"
+            )
         if args.trigger == "availableNow":
             with console.status("waiting for the generator to write every file"):
                 generator.join()
@@ -616,7 +619,7 @@ def run(args: argparse.Namespace, work: Path) -> int:
         console.print()
         console.print(SQL, style="cyan")
         console.print()
-        source = flights_stream(spark, inputs, generator.schema, args.files_per_trigger)
+        source = flights_stream(session or spark, inputs, generator.schema, args.files_per_trigger)
         seen = Watch()
         attachment = attach(
             SQL,
@@ -660,7 +663,7 @@ def run(args: argparse.Namespace, work: Path) -> int:
             except Exception as exc:  # already stopped, or stopping failed: report only
                 console.print(f"[dim]stopping the attachment: {escape(str(exc))}[/]")
         if spark is not None:
-            spark.stop()
+            spark.stop()  # only the session this function started
         if server is not None:
             server.stop()
 
