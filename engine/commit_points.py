@@ -12,17 +12,20 @@ since the previous marker to ``on_commit`` and releases the producer. Results be
 commit points are exactly those caused by the tuples pushed between them (stream-static
 joins: by that micro-batch).
 
-Quiescent points are also where windowed SteMs drop their expired tuples for good
-(stems-2003 §2.3: with nothing in flight, no probe can still see them).
+Windowed SteMs drop their expired tuples for good at the idle moments of the eddy, when
+no row id is in flight (stems-2003 §2.3: no probe can still see them); a stream that is
+pushed without pause still lets the eddy idle between batches.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable
+from collections.abc import Hashable
 from dataclasses import dataclass, field
 
 import trio
 
+from eddies.modules.scan import ScanAM
+from eddies.modules.stem import SteM
 from eddies.router.eddy import Eddy
 from eddies.sources.stream import StreamTable
 
@@ -41,8 +44,9 @@ class CommitPoints:
     """Grants commit points at quiescent moments of one running query (see module doc).
 
     eddy: the query's eddy; streams: the StreamTables it reads; static_tables: tables read
-    by scans that end (they must be read in full before a commit point); on_quiescent:
-    called at every quiescent moment (windowed SteMs compact there).
+    by scans that end (they must be read in full before a commit point); stream_scans: the
+    streams' scan AMs; windowed: the SteMs of windowed streams, which evict whenever the
+    eddy is idle and no scan AM holds row ids it has not delivered (none is in flight).
     """
 
     def __init__(
@@ -50,12 +54,17 @@ class CommitPoints:
         eddy: Eddy,
         streams: list[StreamTable],
         static_tables: set[str],
-        on_quiescent: list[Callable[[], None]] | None = None,
+        stream_scans: list[ScanAM] | None = None,
+        windowed: list[SteM] | None = None,
     ) -> None:
         self.eddy = eddy
         self.streams = streams
         self.static_tables = static_tables
-        self.on_quiescent = on_quiescent or []
+        self.stream_scans = stream_scans or []
+        self.windowed = windowed or []
+        self._evicted = trio.Event()
+        for scan in self.stream_scans:
+            scan.before_append = self.eviction_barrier
         self._requests: list[Commit] = []
         self._wake = trio.Event()
         self._wake.set()  # look once at the start: a query may have no static table
@@ -68,8 +77,28 @@ class CommitPoints:
             stream.on_wait = self.changed
 
     def changed(self) -> None:
-        """Something may have become quiescent (cheap; called by the eddy and streams)."""
+        """Something may have become quiescent (called by the eddy and the streams).
+
+        Eviction runs here, synchronously: at the moment the eddy is about to wait, idle,
+        with no scan AM holding undelivered row ids, no row id is in flight anywhere.
+        """
+        if self.windowed and self.eddy.idle() and not any(s.holding for s in self.stream_scans):
+            for stem in self.windowed:
+                stem.evict()
+            self._evicted.set()
         self._wake.set()
+
+    async def eviction_barrier(self) -> None:
+        """Called by a stream's scan AM before it appends a batch: while a windowed SteM
+        is due to evict, wait until it has (the eddy drains, idles, and evicts). A stream
+        pushed without pause would otherwise never let the eddy idle, and memory would
+        grow; this drains the dataflow once per window's worth of rows, amortized."""
+        while any(stem.evict_due() for stem in self.windowed):
+            if self._evicted.is_set():
+                self._evicted = trio.Event()
+            self.changed()  # the eddy may be idle already
+            if any(stem.evict_due() for stem in self.windowed):
+                await self._evicted.wait()
 
     def quiescent(self) -> bool:
         return (
@@ -101,11 +130,7 @@ class CommitPoints:
                     if not self.eddy.scans_closed(self.static_tables):
                         continue
                     self.streams_may_start.set()
-                if not self.quiescent():
-                    continue
-                for compact in self.on_quiescent:
-                    compact()
-                if self._requests:
+                if self._requests and self.quiescent():
                     await self._grant(results)
             if self._requests:  # the query ended: every result is out
                 await self._grant(results)

@@ -223,23 +223,30 @@ async def run_plan(
             eddy,
             list(streams.values()),
             {t for t, e in plan.tables.items() if e.scans and t not in streams},
-            [m.evict for m in modules.values() if isinstance(m, SteM) and m.stream_clock],
+            [scan for scan, table in zip(scans, scan_tables, strict=True) if table in streams],
+            [m for m in modules.values() if isinstance(m, SteM) and m.stream_clock],
         )
         for scan, table in zip(scans, scan_tables, strict=True):
             if table in streams:  # static tables are read in full before a stream starts
                 scan.start_after = commits.streams_may_start
         if on_commit_points is not None:
             on_commit_points(commits)
-    async with trio.open_nursery() as nursery, to_eddy:
-        if commits is not None:
-            nursery.start_soon(commits.run, results.clone(), name="eddies:commit-points")
-        for name, module in modules.items():
-            nursery.start_soon(
-                module.serve, channels[name][1], to_eddy.clone(), name=f"eddies:{name}"
-            )
-        for index, (scan, source) in enumerate(zip(scans, sources, strict=True)):
-            nursery.start_soon(scan.run, to_eddy.clone(), source, index, name=f"eddies:{scan.name}")
-        nursery.start_soon(eddy.run, inbox, name="eddies:eddy")
+    try:
+        async with trio.open_nursery() as nursery, to_eddy:
+            if commits is not None:
+                nursery.start_soon(commits.run, results.clone(), name="eddies:commit-points")
+            for name, module in modules.items():
+                nursery.start_soon(
+                    module.serve, channels[name][1], to_eddy.clone(), name=f"eddies:{name}"
+                )
+            for index, (scan, source) in enumerate(zip(scans, sources, strict=True)):
+                nursery.start_soon(
+                    scan.run, to_eddy.clone(), source, index, name=f"eddies:{scan.name}"
+                )
+            nursery.start_soon(eddy.run, inbox, name="eddies:eddy")
+    finally:
+        for stream in streams.values():  # its producers must not wait for this query
+            stream.query_ended()
 
 
 def _known_rows(table) -> float:

@@ -109,11 +109,14 @@ class BackgroundQuery:
         if not self._started.wait(START_TIMEOUT if timeout is None else timeout):
             raise EddiesError("the query did not start in time")
         results, token = self._results, self._token
+        if results is not None and results.commit_points is None:
+            raise EddiesError("commit points exist only for queries over stream tables")
         if results is None or token is None:
             raise self._error or EddiesError("the query has ended")
         try:
             batches = trio.from_thread.run(results.commit, tag, trio_token=token)
-        except trio.RunFinishedError:
+        except (trio.RunFinishedError, trio.Cancelled):  # the query ended meanwhile
+            self._thread.join(5)
             raise self._error or EddiesError("the query has ended") from None
         table = self._table(batches)
         if self.sink is not None:

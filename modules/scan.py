@@ -16,6 +16,8 @@ others (``cancel_scope``): everything they would still deliver is a duplicate.
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
+
 import numpy as np
 import pyarrow as pa
 import trio
@@ -55,6 +57,9 @@ class ScanAM:
         self.built = built
         self.stats = stats
         self.start_after: trio.Event | None = None  # a stream waits for the static tables
+        self.holding = False  # row ids appended to the store but not yet sent to the eddy
+        # A windowed stream's scan waits here before appending (see CommitPoints).
+        self.before_append: Callable[[], Awaitable[None]] | None = None
 
     async def run(self, to_eddy: trio.MemorySendChannel, source: Source, index: int) -> None:
         """Deliver every batch, each after taking a slot of ``source.admission``."""
@@ -80,6 +85,7 @@ class ScanAM:
         started = trio.current_time()  # trio's clock: a MockClock drives tests
         sent = 0
         async for row_ids in self._row_batches():
+            self.holding = True
             await source.admission.acquire()
             await to_eddy.send(
                 SourceBatch(
@@ -89,6 +95,7 @@ class ScanAM:
                     ),
                 )
             )
+            self.holding = False
             sent += len(row_ids)
             self.stats.tuples_out += len(row_ids)
             self.stats.batches_in += 1
@@ -106,6 +113,8 @@ class ScanAM:
             async for page in self.source.pages():
                 for batch in _record_batches(page, self.source):
                     for start in range(0, batch.num_rows, self.batch_size):
+                        if self.before_append is not None:
+                            await self.before_append()
                         yield self.store.append(batch.slice(start, self.batch_size))
             return
         batches = self.source.open_batches(self.batch_size)

@@ -322,20 +322,28 @@ class SteM(Module):
             clock.built(row_ids, raw_ts, self._rows.view(), self._ts.view())
         clock.stored(len(self.store))
 
+    def evict_due(self) -> bool:
+        """True when a windowed SteM's dead rows (expired, or never built) are at least
+        as many as its live ones, and EVICT_MIN_ROWS: time to evict (amortized O(1))."""
+        clock = self.stream_clock
+        if clock is None or clock.window is None:
+            return False
+        n_live = len(self._rows) - clock.expired_rows
+        return len(self.store) - n_live >= max(EVICT_MIN_ROWS, n_live)
+
     def evict(self) -> None:
         """Drop expired tuples for good: from this SteM, its indexes and the row store.
 
         Call only at a quiescent point (no row id of this table in flight). Amortized: it
         runs once the dead rows (expired, or never built) are as many as the live ones.
         """
-        clock = self.stream_clock
-        if clock is None or clock.window is None or not len(self._rows):
+        if not self.evict_due():
             return
+        clock = self.stream_clock
+        assert clock is not None
+        n_live = len(self._rows) - clock.expired_rows
         rows = self._rows.view()
         live = ~clock.expired(rows)
-        n_live = int(np.count_nonzero(live))
-        if len(self.store) - n_live < max(EVICT_MIN_ROWS, n_live):
-            return
         kept = rows[live]
         self.store.compact(kept)
         clock.renumber(kept)

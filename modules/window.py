@@ -136,6 +136,7 @@ class StreamClock:
         self.expiry = np.zeros(0, dtype=np.int64)  # by row id
         self.late_rows = 0  # event-time windows: rows that arrived already expired
         self.evicted_rows = 0
+        self.expired_rows = 0  # rows with a known expiry, still stored
         self.stored_rows = 0  # rows in the table's store (set by its SteM)
         self.peak_stored_rows = 0
         # Event-time windows: live rows, their deadlines, and the watermark.
@@ -171,6 +172,7 @@ class StreamClock:
             first, last = max(0, n - k - window.rows), n - window.rows
             if last > first:  # positions pushed out by this batch
                 self.expiry[built_rows[first:last]] = built_ts[first + window.rows : n]
+                self.expired_rows += last - first
         elif isinstance(window, EventTimeWindow):
             assert times is not None
             null = np.isnan(times)
@@ -188,6 +190,7 @@ class StreamClock:
             at[len(self._live) :] = np.where(late, own, np.maximum(at[len(self._live) :], own))
             gone = at < len(ts)
             self.expiry[live[gone]] = ts[at[gone]]
+            self.expired_rows += int(np.count_nonzero(gone))
             self._live, self._deadline = live[~gone], deadline[~gone]
             self._watermark = float(marks[-1])
 
@@ -201,7 +204,8 @@ class StreamClock:
 
     def renumber(self, kept: np.ndarray) -> None:
         """The row store kept only ``kept`` (old row ids), renumbered 0..len(kept)-1."""
-        self.evicted_rows += int(np.count_nonzero(self.expiry[: len(self.arrival)] != NEVER))
+        self.evicted_rows += self.expired_rows
+        self.expired_rows = 0
         new_ids = np.full(len(self.arrival), -1, dtype=np.int64)
         new_ids[kept] = np.arange(len(kept), dtype=np.int64)
         self.arrival = self.arrival[kept].copy()

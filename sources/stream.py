@@ -42,6 +42,7 @@ class StreamTable:
         self._send: trio.MemorySendChannel | None = None
         self._taken: set[Hashable] = set()
         self._closed = False
+        self._ended = False  # the query reading it has ended: pushes fail at once
         self.rows_taken = 0
         self.batches_ignored = 0
         # Set while the scan AM waits for the next batch: everything pushed before has
@@ -106,6 +107,8 @@ class StreamTable:
         with self._lock:
             if self._closed:
                 raise DataSourceError(f"stream {self.name!r} is closed")
+            if self._ended:
+                raise DataSourceError(f"stream {self.name!r}: its query has ended")
             send, token = self._send, self._token
         if send is None or token is None:
             raise DataSourceError(f"stream {self.name!r}: its query has ended")
@@ -118,6 +121,13 @@ class StreamTable:
             self._taken.add(batch_id)
         self.rows_taken += table.num_rows
         return True
+
+    def query_ended(self) -> None:
+        """Called when the query that reads this stream ends (normally or not): a push
+        waiting for it, or any later push, fails at once instead of waiting."""
+        with self._lock:
+            self._ended = True
+        self._open.set()
 
     async def _hand_over(self, send: trio.MemorySendChannel, batch: pa.RecordBatch) -> None:
         # Not waiting from now on, before the scan AM resumes: a commit point requested

@@ -13,6 +13,7 @@ import shutil
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 from conftest import assert_same_bag
@@ -21,9 +22,12 @@ pytest.importorskip("pyspark", reason="pyspark is not installed (pip install -e 
 if shutil.which("java") is None:  # pragma: no cover - environment
     pytest.skip("Spark needs Java 17 on PATH", allow_module_level=True)
 
+import trio
+
 from eddies.engine import Catalog
+from eddies.engine.sinks import ParquetSink, SparkSink
 from eddies.engine.streaming import BackgroundQuery
-from eddies.sources.spark import feed_stream
+from eddies.sources.spark import attach, feed_stream
 
 pytestmark = [
     pytest.mark.spark,
@@ -73,3 +77,110 @@ def test_micro_batches_from_spark_give_duckdbs_result(spark, tmp_path):
     assert batches >= 3
     assert events.rows_taken == EVENTS.num_rows
     assert_same_bag(query.result(60), SQL, {"events": EVENTS, "dim": DIM})
+
+
+ORDERS = pa.table(
+    {
+        "k": pa.array([None if i % 11 == 0 else i % 7 for i in range(300)], pa.int64()),
+        "o": pa.array(np.arange(300), pa.int64()),
+    }
+)
+NAMES = pa.table({"k": pa.array(np.arange(9), pa.int64()), "label": [f"n{i}" for i in range(9)]})
+
+
+async def _lookup_names(bind: dict) -> pa.Table:
+    """A web-source stand-in: an async index AM with 5 ms of latency per lookup."""
+    await trio.sleep(0.005)
+    return NAMES.filter(pc.equal(NAMES["k"], bind["k"]))
+
+
+def test_attach_two_streams_a_table_and_a_lookup_source_per_micro_batch(spark, tmp_path):
+    """Stream-stream-static join plus an index AM; each increment is a Spark DataFrame."""
+    _files(tmp_path / "events", EVENTS, parts=6)
+    _files(tmp_path / "orders", ORDERS, parts=3)
+    cat = Catalog()
+    cat.add_table("dim", DIM)
+    cat.add_index("names", NAMES.schema, on=["k"], lookup=_lookup_names)
+    frames = []
+    sink = SparkSink(spark, lambda df, tag: frames.append((tag, df.toArrow())))
+    sql = (
+        "SELECT e.v, o.o, d.name, n.label FROM events e JOIN orders o ON e.k = o.k "
+        "JOIN dim d ON d.k = e.k JOIN names n ON n.k = o.k WHERE e.v % 3 <> 0"
+    )
+    attachment = attach(
+        sql,
+        cat,
+        {
+            "events": spark.readStream.schema("k long, v long")
+            .option("maxFilesPerTrigger", 2)
+            .parquet(str(tmp_path / "events")),
+            "orders": spark.readStream.schema("k long, o long")
+            .option("maxFilesPerTrigger", 1)
+            .parquet(str(tmp_path / "orders")),
+        },
+        checkpoint_location=tmp_path / "checkpoints",
+        trigger={"availableNow": True},
+        sink=sink,
+        batch_size=16,
+        debug=True,
+    )
+    attachment.await_termination(120)
+    streams = {m.stream for m in attachment.micro_batches}
+    assert streams == {"events", "orders"} and len(attachment.micro_batches) >= 6
+    assert sum(m.rows_in for m in attachment.micro_batches) == 700
+    assert [tag for tag, _ in frames][-1] == "final"
+    ours = pa.concat_tables([t for _, t in frames if t.num_rows])
+    tables = {"events": EVENTS, "orders": ORDERS, "dim": DIM, "names": NAMES}
+    assert_same_bag(ours, sql, tables)
+    rows_out = sum(m.rows_out for m in attachment.micro_batches)
+    assert rows_out + frames[-1][1].num_rows == ours.num_rows
+
+
+def test_a_batch_spark_replays_after_a_failure_changes_nothing(spark, tmp_path):
+    """The callback fails after batch 1 reached the eddy: Spark, restarted from its
+    checkpoint, runs batch 1 again; the stream table ignores it, and the Parquet sink's
+    files equal DuckDB's result over all the input."""
+    _files(tmp_path / "in", EVENTS, parts=6)
+    cat = Catalog()
+    cat.add_table("dim", DIM)
+    failed = []
+
+    def crash_once(record):
+        if record.batch_id == 1 and not failed:
+            failed.append(record)
+            raise RuntimeError("driver crashed after the eddy took batch 1")
+
+    source = (
+        spark.readStream.schema("k long, v long")
+        .option("maxFilesPerTrigger", 2)
+        .parquet(str(tmp_path / "in"))
+    )
+    attachment = attach(
+        SQL,
+        cat,
+        {"events": source},
+        checkpoint_location=tmp_path / "checkpoints",
+        trigger={"availableNow": True},
+        sink=ParquetSink(tmp_path / "out"),
+        on_micro_batch=crash_once,
+        batch_size=32,
+    )
+    with pytest.raises(Exception, match="driver crashed"):
+        attachment.streaming_queries["events"].awaitTermination(120)
+    # Restart the Spark side from the same checkpoint, into the same running eddy.
+    attachment.streaming_queries["events"] = (
+        source.writeStream.foreachBatch(attachment.callback("events"))
+        .option("checkpointLocation", str(tmp_path / "checkpoints" / "events"))
+        .trigger(availableNow=True)
+        .start()
+    )
+    attachment.await_termination(120)
+    replayed = [m for m in attachment.micro_batches if m.replayed]
+    assert [(m.stream, m.batch_id) for m in replayed] == [("events", 1)]
+    assert failed and failed[0].batch_id == 1
+    ours = pq.read_table(tmp_path / "out")
+    assert_same_bag(ours, SQL, {"events": EVENTS, "dim": DIM})
+    assert sorted(p.name for p in (tmp_path / "out").iterdir())[:2] == [
+        "events-batch-000000.parquet",
+        "events-batch-000001.parquet",
+    ]
