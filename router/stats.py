@@ -56,6 +56,10 @@ class RoutingEvent:
     built: bool = True  # False for singletons not yet built into their SteM
 
 
+#: Routing decisions kept in the log; beyond it the oldest half is folded into totals.
+MAX_ROUTE_RECORDS = 1 << 20
+
+
 @dataclass
 class RunStats:
     """What one query run did; filled in by the eddy while it runs."""
@@ -74,6 +78,8 @@ class RunStats:
     _done: array.array = field(default_factory=lambda: array.array("q"))
     _dest: array.array = field(default_factory=lambda: array.array("q"))
     _tuples: array.array = field(default_factory=lambda: array.array("q"))
+    _folded: dict[tuple[int, int, int], int] = field(default_factory=dict)
+    _folded_decisions: int = 0
 
     def __post_init__(self) -> None:
         for d in self.destinations:
@@ -95,15 +101,33 @@ class RunStats:
         self._done.append(done)
         self._dest.append(destination)
         self._tuples.append(tuples)
+        if len(self._dest) > MAX_ROUTE_RECORDS:
+            self._fold(len(self._dest) // 2)
+
+    def _fold(self, n: int) -> None:
+        """Fold the oldest ``n`` decisions into per-signature totals: a continuous query
+        keeps a bounded log (the routing summary stays exact)."""
+        spans, dones, dests, tuples = (
+            self._span[:n],
+            self._done[:n],
+            self._dest[:n],
+            self._tuples[:n],
+        )
+        for key, count in zip(zip(spans, dones, dests, strict=True), tuples, strict=True):
+            self._folded[key] = self._folded.get(key, 0) + count
+        self._folded_decisions += n
+        for log in (self._time, self._span, self._done, self._dest, self._tuples):
+            del log[:n]
 
     @property
     def decisions(self) -> int:
         """How many routing decisions the eddy made."""
-        return len(self._dest)
+        return len(self._dest) + self._folded_decisions
 
     @property
     def routing(self) -> list[RoutingEvent]:
-        """All routing decisions, in order."""
+        """The routing decisions in order (the latest MAX_ROUTE_RECORDS / 2 at least, in a
+        long continuous query; older ones are only in :meth:`routing_summary`)."""
         g = self.graph
         names = [d.name for d in self.destinations]
         return [
@@ -133,7 +157,10 @@ class RunStats:
         summary: dict[tuple[str, str], dict[str, int]] = {}
         g = self.graph
         names = [d.name for d in self.destinations]
-        for s, d, dest, n in zip(self._span, self._done, self._dest, self._tuples, strict=True):
+        logged = zip(
+            zip(self._span, self._done, self._dest, strict=True), self._tuples, strict=True
+        )
+        for (s, d, dest), n in [*self._folded.items(), *logged]:
             span = ",".join(g.alias_names(abs(s))) + ("" if s > 0 else " (unbuilt)")
             key = (span, ",".join(g.predicate_names(d)) or "-")
             per_dest = summary.setdefault(key, {})

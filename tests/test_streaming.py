@@ -10,7 +10,7 @@ import pyarrow as pa
 import pytest
 from conftest import assert_same_bag
 
-from eddies.engine import Catalog, DataSourceError
+from eddies.engine import Catalog, DataSourceError, run_query
 from eddies.engine.streaming import BackgroundQuery
 
 EVENTS = pa.table(
@@ -103,3 +103,19 @@ def test_misuse_fails_clearly():
     query.result(60)
     with pytest.raises(DataSourceError, match=r"closed|no query"):
         events.push(EVENTS, 5, start_timeout=0.05)
+
+
+def test_a_long_runs_routing_log_is_bounded_and_its_summary_exact(monkeypatch):
+    """A continuous query makes routing decisions forever: the log keeps the latest ones
+    and folds the rest into per-signature totals."""
+    import eddies.router.stats as stats_module
+
+    monkeypatch.setattr(stats_module, "MAX_ROUTE_RECORDS", 50)
+    cat = Catalog()
+    cat.add_table("a", pa.table({"k": list(range(1000))}))
+    cat.add_table("b", pa.table({"k": list(range(1000))}))
+    run = run_query("SELECT * FROM a JOIN b ON a.k = b.k", cat, batch_size=5, seed=3)
+    stats = run.stats
+    assert len(stats.routing) <= 51 < stats.decisions
+    routed = sum(sum(per.values()) for per in stats.routing_summary().values())
+    assert routed == sum(m.tuples_in for m in stats.modules.values() if m.kind != "scan")
