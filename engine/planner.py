@@ -300,6 +300,12 @@ def _unbuilt_tables(graph: QueryGraph, tables: dict[str, CatalogTable]) -> set[s
             f"table {name!r}: build=False needs its one scan access method to be its only "
             "access method (stems-2003 §3.5)"
         )
+    windowed = [t.name for t in tables.values() if t.window is not None]
+    if windowed:
+        raise UnsupportedQueryError(
+            f"table {name!r} is registered with build=False, which needs every other SteM "
+            f"to become complete; the windowed stream {windowed[0]!r} forgets tuples"
+        )
     others = [t for t in tables.values() if t.name != name and t.access_count != 1]
     others += [t for t in tables.values() if t.name != name and t.indexes]
     if others:

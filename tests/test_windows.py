@@ -315,3 +315,11 @@ def test_a_failed_query_fails_its_producers_at_once():
         s.push(pa.table({"k": [3], "v": [3]}, schema), 1, start_timeout=30)
     with pytest.raises(DataSourceError, match="service down"):
         query.result(30)
+
+
+def test_windows_refuse_an_unbuilt_table():
+    cat = Catalog()
+    cat.add_stream("s", STREAMS["s"], window=RowWindow(10))
+    cat.add_table("d", DIM, build=False)
+    with pytest.raises(EddiesError, match="windowed stream 's' forgets"):
+        BackgroundQuery("SELECT * FROM s JOIN d ON s.k = d.k", cat).result(30)
