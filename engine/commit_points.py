@@ -46,7 +46,7 @@ class CommitPoints:
     eddy: the query's eddy; streams: the StreamTables it reads; static_tables: tables read
     by scans that end (they must be read in full before a commit point); stream_scans: the
     streams' scan AMs; windowed: the SteMs of windowed streams, which evict whenever the
-    eddy is idle and no scan AM holds row ids it has not delivered (none is in flight).
+    eddy is idle (no row id is in flight, nor held by a scan AM: ``Eddy.idle``).
     """
 
     def __init__(
@@ -79,10 +79,10 @@ class CommitPoints:
     def changed(self) -> None:
         """Something may have become quiescent (called by the eddy and the streams).
 
-        Eviction runs here, synchronously: at the moment the eddy is about to wait, idle,
-        with no scan AM holding undelivered row ids, no row id is in flight anywhere.
+        Eviction runs here, synchronously: while the eddy is idle, no row id is in flight
+        anywhere (``Eddy.idle`` counts the batches scan AMs have not handed over yet).
         """
-        if self.windowed and self.eddy.idle() and not any(s.holding for s in self.stream_scans):
+        if self.windowed and self.eddy.idle():
             for stem in self.windowed:
                 stem.evict()
             self._evicted.set()

@@ -57,7 +57,6 @@ class ScanAM:
         self.built = built
         self.stats = stats
         self.start_after: trio.Event | None = None  # a stream waits for the static tables
-        self.holding = False  # row ids appended to the store but not yet sent to the eddy
         # A windowed stream's scan waits here before appending (see CommitPoints).
         self.before_append: Callable[[], Awaitable[None]] | None = None
 
@@ -85,7 +84,7 @@ class ScanAM:
         started = trio.current_time()  # trio's clock: a MockClock drives tests
         sent = 0
         async for row_ids in self._row_batches():
-            self.holding = True
+            source.undelivered += 1  # appended, not yet accepted by the eddy
             await source.admission.acquire()
             await to_eddy.send(
                 SourceBatch(
@@ -95,7 +94,6 @@ class ScanAM:
                     ),
                 )
             )
-            self.holding = False
             sent += len(row_ids)
             self.stats.tuples_out += len(row_ids)
             self.stats.batches_in += 1

@@ -341,10 +341,10 @@ class SteM(Module):
             return
         clock = self.stream_clock
         assert clock is not None
-        n_live = len(self._rows) - clock.expired_rows
         rows = self._rows.view()
         live = ~clock.expired(rows)
         kept = rows[live]
+        n_live = len(kept)
         self.store.compact(kept)
         clock.renumber(kept)
         ts, done = self._ts.view()[live], self._done.view()[live]

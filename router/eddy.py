@@ -85,6 +85,9 @@ class Source:
     access: int = -1
     cancel_scope: trio.CancelScope = field(default_factory=trio.CancelScope)
     closed: bool = False
+    # Batches the scan AM has appended to its store but the eddy has not accepted yet
+    # (a send to a waiting receiver is in no buffer until the eddy runs): see idle().
+    undelivered: int = 0
 
 
 class Eddy:
@@ -187,6 +190,7 @@ class Eddy:
             and not (self._priority or self._fresh_count or self._waiting)
             and not any(self._parked.values())
             and (self._inbox is None or self._inbox.statistics().current_buffer_used == 0)
+            and not any(s.undelivered for s in self.sources)
         )
 
     def scans_closed(self, tables: set[str]) -> bool:
@@ -262,6 +266,7 @@ class Eddy:
                 self._unpark(built_table)
         elif isinstance(message, SourceBatch):
             source = self.sources[message.source]
+            source.undelivered -= 1
             if source.closed:  # a sibling scan finished first: these rows are duplicates
                 source.admission.release()
                 return

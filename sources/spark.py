@@ -171,11 +171,13 @@ class SparkAttachment:
         return self.query.result(timeout)
 
 
-def arrow_schema(spark_schema: Any) -> pa.Schema:
-    """The Arrow schema of a Spark StructType (as ``DataFrame.toArrow`` produces it)."""
+def arrow_schema(frame: Any) -> pa.Schema:
+    """The Arrow schema of a Spark DataFrame, as ``DataFrame.toArrow`` produces it
+    (timestamps in the session's time zone)."""
     from pyspark.sql.pandas.types import to_arrow_schema
 
-    return to_arrow_schema(spark_schema)
+    timezone = frame.sparkSession.conf.get("spark.sql.session.timeZone")
+    return to_arrow_schema(frame.schema, timezone=timezone)
 
 
 def attach(
@@ -223,9 +225,7 @@ def attach(
                 raise DataSourceError(f"table {name!r} exists and is not a stream table")
             tables[name] = existing
         else:
-            tables[name] = catalog.add_stream(
-                name, arrow_schema(frame.schema), window=windows.get(name)
-            )
+            tables[name] = catalog.add_stream(name, arrow_schema(frame), window=windows.get(name))
     from eddies.engine.planner import plan_query
 
     plan_query(sql, catalog)  # a bad query fails here, before Spark starts anything

@@ -83,6 +83,9 @@ ORDERS = pa.table(
     {
         "k": pa.array([None if i % 11 == 0 else i % 7 for i in range(300)], pa.int64()),
         "o": pa.array(np.arange(300), pa.int64()),
+        "at": pa.array(
+            1_700_000_000_000_000 + np.arange(300) * 60_000_000, pa.timestamp("us", "UTC")
+        ),
     }
 )
 NAMES = pa.table({"k": pa.array(np.arange(9), pa.int64()), "label": [f"n{i}" for i in range(9)]})
@@ -104,7 +107,7 @@ def test_attach_two_streams_a_table_and_a_lookup_source_per_micro_batch(spark, t
     frames = []
     sink = SparkSink(spark, lambda df, tag: frames.append((tag, df.toArrow())))
     sql = (
-        "SELECT e.v, o.o, d.name, n.label FROM events e JOIN orders o ON e.k = o.k "
+        "SELECT e.v, o.o, o.at, d.name, n.label FROM events e JOIN orders o ON e.k = o.k "
         "JOIN dim d ON d.k = e.k JOIN names n ON n.k = o.k WHERE e.v % 3 <> 0"
     )
     attachment = attach(
@@ -114,7 +117,7 @@ def test_attach_two_streams_a_table_and_a_lookup_source_per_micro_batch(spark, t
             "events": spark.readStream.schema("k long, v long")
             .option("maxFilesPerTrigger", 2)
             .parquet(str(tmp_path / "events")),
-            "orders": spark.readStream.schema("k long, o long")
+            "orders": spark.readStream.schema("k long, o long, at timestamp")
             .option("maxFilesPerTrigger", 1)
             .parquet(str(tmp_path / "orders")),
         },
