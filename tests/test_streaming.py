@@ -119,3 +119,32 @@ def test_a_long_runs_routing_log_is_bounded_and_its_summary_exact(monkeypatch):
     assert len(stats.routing) <= 51 < stats.decisions
     routed = sum(sum(per.values()) for per in stats.routing_summary().values())
     assert routed == sum(m.tuples_in for m in stats.modules.values() if m.kind != "scan")
+
+
+async def test_inside_trio_results_are_an_async_iterator_with_commit_points():
+    """open_query over a stream fed from a worker thread; commit() cuts increments."""
+    import trio
+
+    from eddies.engine import open_query
+
+    cat = Catalog()
+    s = cat.add_stream("s", pa.schema([("k", pa.int64()), ("v", pa.int64())]))
+    cat.add_table("d", pa.table({"k": pa.array([1, 2, 2], pa.int64()), "n": list("abc")}))
+    seen = []
+    async with open_query("SELECT s.v, d.n FROM s JOIN d ON s.k = d.k", cat) as results:
+        results.keep_increments = True
+
+        async def consume():
+            async for batch in results:
+                seen.append(batch.num_rows)
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(consume)
+            increments = []
+            for i, keys in enumerate([[1, 2], [3], [2, 2, None]]):
+                batch = pa.table({"k": pa.array(keys, pa.int64()), "v": list(range(len(keys)))})
+                await trio.to_thread.run_sync(s.push, batch, i)
+                increments.append(sum(b.num_rows for b in await results.commit(i)))
+            await trio.to_thread.run_sync(s.close)
+    assert increments == [3, 0, 4]
+    assert sum(seen) == 7
