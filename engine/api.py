@@ -101,6 +101,8 @@ class QueryResults:
         await self.completed.wait()
         for out in await finalizer.finish():
             self.stats.rows_out += out.num_rows
+            if self.keep_increments:
+                self._since_commit.append(out)
             yield out
         self.exhausted = True
 
