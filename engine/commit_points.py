@@ -103,7 +103,7 @@ class CommitPoints:
     def quiescent(self) -> bool:
         return (
             self.eddy.idle()
-            and all(s.waiting for s in self.streams)
+            and all(s.waiting or s.drained for s in self.streams)
             and self.eddy.scans_closed(self.static_tables)
         )
 

@@ -48,6 +48,7 @@ class StreamTable:
         # Set while the scan AM waits for the next batch: everything pushed before has
         # been handed on to the eddy. ``on_wait`` (set by the running query) is told.
         self.waiting = False
+        self.drained = False  # the scan AM has read the end of the stream
         self.on_wait: Callable[[], None] | None = None
 
     async def pages(self) -> AsyncIterator[pa.RecordBatch]:
@@ -76,6 +77,9 @@ class StreamTable:
                     yield batch
         finally:
             self.waiting = False
+            self.drained = True  # nothing more will come: as good as waiting
+            if self.on_wait is not None:
+                self.on_wait()
             with self._lock:
                 self._send = None
                 self._token = None

@@ -5,12 +5,14 @@ id adds nothing, and misuse fails with a clear DataSourceError."""
 from __future__ import annotations
 
 import random
+import threading
 
 import pyarrow as pa
 import pytest
 from conftest import assert_same_bag
 
 from eddies.engine import Catalog, DataSourceError, run_query
+from eddies.engine.sinks import MemorySink
 from eddies.engine.streaming import BackgroundQuery
 
 EVENTS = pa.table(
@@ -148,3 +150,28 @@ async def test_inside_trio_results_are_an_async_iterator_with_commit_points():
             await trio.to_thread.run_sync(s.close)
     assert increments == [3, 0, 4]
     assert sum(seen) == 7
+
+
+def test_commit_points_go_on_after_one_of_two_streams_ends():
+    schema = pa.schema([("k", pa.int64()), ("v", pa.int64())])
+    cat = Catalog()
+    a = cat.add_stream("a", schema)
+    b = cat.add_stream("b", schema)
+    query = BackgroundQuery("SELECT a.v, b.v FROM a JOIN b ON a.k = b.k", cat, sink=MemorySink())
+    a.push(pa.table({"k": [1, 2], "v": [10, 20]}, schema), 0)
+    assert query.commit(("a", 0), timeout=30) == 0
+    a.close()
+    counts = []
+
+    def feed_b():
+        for i in range(3):
+            b.push(pa.table({"k": [1, 2, 2], "v": [i, i, i]}, schema), i)
+            counts.append(query.commit(("b", i), timeout=30))
+
+    feeder = threading.Thread(target=feed_b, daemon=True)
+    feeder.start()
+    feeder.join(30)
+    assert not feeder.is_alive(), "a commit point never came: the ended stream blocks it"
+    b.close()
+    query.result(30)
+    assert counts == [3, 3, 3]
