@@ -63,8 +63,9 @@ class CommitPoints:
         self.stream_scans = stream_scans or []
         self.windowed = windowed or []
         self._evicted = trio.Event()
-        for scan in self.stream_scans:
-            scan.before_append = self.eviction_barrier
+        if self.windowed:
+            for scan in self.stream_scans:
+                scan.before_append = self.eviction_barrier
         self._requests: list[Commit] = []
         self._wake = trio.Event()
         self._wake.set()  # look once at the start: a query may have no static table

@@ -190,7 +190,7 @@ class Eddy:
             and not (self._priority or self._fresh_count or self._waiting)
             and not any(self._parked.values())
             and (self._inbox is None or self._inbox.statistics().current_buffer_used == 0)
-            and not any(s.undelivered for s in self.sources)
+            and not any(s.undelivered for s in self.sources if not s.closed)
         )
 
     def scans_closed(self, tables: set[str]) -> bool:
