@@ -316,8 +316,8 @@ class SteM(Module):
         assert clock is not None
         window = clock.window
         if isinstance(window, EventTimeWindow):
-            times, span = event_times(self.store.gather(window.column, row_ids), window)
-            clock.built(row_ids, raw_ts, self._rows.view(), self._ts.view(), times, span)
+            times, nulls, span = event_times(self.store.gather(window.column, row_ids), window)
+            clock.built(row_ids, raw_ts, self._rows.view(), self._ts.view(), times, nulls, span)
         else:
             clock.built(row_ids, raw_ts, self._rows.view(), self._ts.view())
         clock.stored(len(self.store))

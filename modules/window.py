@@ -31,6 +31,8 @@ from __future__ import annotations
 
 import datetime as dt
 from dataclasses import dataclass
+from fractions import Fraction
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -103,23 +105,31 @@ def check_window(window: object, schema: pa.Schema, where: str) -> None:
         raise DataSourceError(f"{where}: window span must be positive, got {span!r}")
 
 
-def event_times(values: pa.Array, window: EventTimeWindow) -> tuple[np.ndarray, float]:
-    """(event times as float64 with NaN for NULL, span in the same units)."""
+def event_times(values: pa.Array, window: EventTimeWindow) -> tuple[np.ndarray, np.ndarray, Any]:
+    """(event times, NULL mask, span in the same units).
+
+    Integer, timestamp and date columns with a whole span compare exactly as int64 (a
+    nanosecond timestamp would lose precision as float64); others as float64.
+    """
     typ = values.type
     span = window.span
     if pa.types.is_timestamp(typ):
-        unit = {"s": 1, "ms": 1e3, "us": 1e6, "ns": 1e9}[typ.unit]
         raw = values.cast(pa.int64())
-        if isinstance(span, dt.timedelta):
-            span = span.total_seconds() * unit
+        if isinstance(span, dt.timedelta):  # exactly, in the column's unit
+            per_unit = {"s": 10**6, "ms": 10**3, "us": 1, "ns": Fraction(1, 1000)}[typ.unit]
+            span = Fraction(span // dt.timedelta(microseconds=1)) / per_unit
     elif pa.types.is_date(typ):
-        raw = values.cast(pa.date32()).cast(pa.int32())  # days
+        raw = values.cast(pa.date32()).cast(pa.int64())  # days
         if isinstance(span, dt.timedelta):
-            span = span.total_seconds() / 86400
+            span = Fraction(span // dt.timedelta(microseconds=1), 86_400 * 10**6)
     else:
         raw = values
-    times = pc.fill_null(raw.cast(pa.float64()), float("nan")).to_numpy(zero_copy_only=False)
-    return times, float(span)
+    null = raw.is_null().to_numpy(zero_copy_only=False)
+    if pa.types.is_integer(raw.type) and Fraction(span).denominator == 1:
+        times = pc.fill_null(raw.cast(pa.int64()), 0).to_numpy(zero_copy_only=False)
+        return times, null, int(span)
+    times = pc.fill_null(raw.cast(pa.float64()), 0.0).to_numpy(zero_copy_only=False)
+    return times, null, float(span)
 
 
 class StreamClock:
@@ -141,8 +151,8 @@ class StreamClock:
         self.peak_stored_rows = 0
         # Event-time windows: live rows, their deadlines, and the watermark.
         self._live = np.zeros(0, dtype=np.int64)
-        self._deadline = np.zeros(0, dtype=np.float64)
-        self._watermark = -np.inf
+        self._deadline = np.zeros(0, dtype=np.int64)
+        self._watermark: Any = None  # the largest event time built so far
 
     def _grow(self, size: int) -> None:
         if size > len(self.arrival):
@@ -157,11 +167,13 @@ class StreamClock:
         built_rows: np.ndarray,
         built_ts: np.ndarray,
         times: np.ndarray | None = None,
-        span: float = 0.0,
+        nulls: np.ndarray | None = None,
+        span: Any = 0,
     ) -> None:
         """Record a build of ``row_ids`` at raw TimeStamps ``ts``; set the expiries it
         causes. built_rows/built_ts: every row built so far in build order (this batch
-        last); times/span: event times of this batch, for an event-time window."""
+        last); times/nulls/span: this batch's event times and NULL mask, and the span, for
+        an event-time window (see :func:`event_times`)."""
         if len(row_ids) == 0:
             return
         self._grow(int(row_ids.max()) + 1)
@@ -174,15 +186,18 @@ class StreamClock:
                 self.expiry[built_rows[first:last]] = built_ts[first + window.rows : n]
                 self.expired_rows += last - first
         elif isinstance(window, EventTimeWindow):
-            assert times is not None
-            null = np.isnan(times)
-            filled = np.where(null, -np.inf, times)
+            assert times is not None and nulls is not None
+            lowest = _lowest(times.dtype)
+            if self._watermark is None:
+                self._watermark = lowest
+                self._deadline = np.zeros(0, dtype=times.dtype)
+            filled = np.where(nulls, lowest, times)
             marks = np.maximum.accumulate(np.concatenate([[self._watermark], filled]))[1:]
-            deadlines = times + span
-            late = null | (marks > deadlines)
+            deadlines = np.where(nulls, lowest, times + span)
+            late = nulls | (marks > deadlines)
             self.late_rows += int(np.count_nonzero(late))
             live = np.concatenate([self._live, row_ids])
-            deadline = np.concatenate([self._deadline, np.where(null, -np.inf, deadlines)])
+            deadline = np.concatenate([self._deadline, deadlines])
             # The first arrival at which the watermark passes each deadline (a row's own
             # arrival at the earliest: a late row is expired when it arrives).
             at = np.searchsorted(marks, deadline, side="right")
@@ -192,7 +207,7 @@ class StreamClock:
             self.expiry[live[gone]] = ts[at[gone]]
             self.expired_rows += int(np.count_nonzero(gone))
             self._live, self._deadline = live[~gone], deadline[~gone]
-            self._watermark = float(marks[-1])
+            self._watermark = marks[-1]
 
     def stored(self, rows: int) -> None:
         self.stored_rows = rows
@@ -212,6 +227,11 @@ class StreamClock:
         self.expiry = self.expiry[kept].copy()
         if len(self._live):
             self._live = new_ids[self._live]
+
+
+def _lowest(dtype: np.dtype) -> Any:
+    """Below every event time (and every NULL's deadline): the watermark's start."""
+    return np.iinfo(dtype).min if np.issubdtype(dtype, np.integer) else -np.inf
 
 
 def _resized(values: np.ndarray, capacity: int, fill: int) -> np.ndarray:

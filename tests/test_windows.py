@@ -382,3 +382,21 @@ def test_an_aggregate_over_a_stream_is_the_final_increment():
         "c": 3,
         "d": 3,
     }
+
+
+def test_nanosecond_event_times_compare_exactly():
+    """1 ns windows on 2026 timestamps: float64 could not tell these apart."""
+    t0 = 1_790_000_000_000_000_000  # ns since 1970, in 2026
+    schema = pa.schema([("k", pa.int64()), ("t", pa.timestamp("ns"))])
+    offsets = [0, 1, 3, 4]
+    events = pa.table({"k": [1] * 4, "t": pa.array([t0 + o for o in offsets], pa.timestamp("ns"))})
+    pushes = [("e", events.slice(i, 1)) for i in range(4)]
+    windows = {"e": EventTimeWindow("t", 1)}  # in the column's unit: 1 ns
+    ours, _ = _run("SELECT a.t, b.t FROM e a JOIN e b ON a.k = b.k", {"e": schema}, windows, pushes)
+    pairs = sorted(
+        (a.value - t0, b.value - t0)
+        for a, b in zip(*(c.to_pylist() for c in ours.columns), strict=True)
+    )
+    # 1 meets 0 (the watermark 1 is not past 0 + 1); 3 expires 0 and 1 on arrival;
+    # 4 meets 3 (4 is not past 3 + 1). Every row meets itself.
+    assert pairs == [(0, 0), (0, 1), (1, 0), (1, 1), (3, 3), (3, 4), (4, 3), (4, 4)]
