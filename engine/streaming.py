@@ -95,6 +95,11 @@ class BackgroundQuery:
         return self._thread.is_alive()
 
     @property
+    def error(self) -> BaseException | None:
+        """The error the query ended with (None while it runs or if it succeeded)."""
+        return self._error
+
+    @property
     def schema(self) -> pa.Schema | None:
         """The result's schema once the query has started (None before)."""
         return self._schema

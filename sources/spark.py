@@ -119,13 +119,8 @@ class SparkAttachment:
         return push_and_commit
 
     def _query_error(self) -> BaseException | None:
-        if self.query.running:
-            return None
-        try:
-            self.query.result(0)
-        except BaseException as exc:  # the eddy's own error explains a failed push
-            return exc
-        return None
+        """The eddy's own error, once it has ended with one: it explains a failed push."""
+        return None if self.query.running else self.query.error
 
     def await_termination(self, timeout: float | None = None) -> pa.Table:
         """Wait for every Spark streaming query to end (e.g. ``availableNow``), close the
