@@ -188,10 +188,8 @@ def start_spark(master: str) -> Any:
 def stream(spark: Any, folder: Path, schema: pa.Schema, files_per_trigger: int) -> Any:
     from pyspark.sql.pandas.types import from_arrow_schema
 
-    # Every column but time_hour (unused): attach() cannot yet register a timestamp column.
-    columns = pa.schema([f for f in schema if f.name != "time_hour"])
     return (
-        spark.readStream.schema(from_arrow_schema(columns))
+        spark.readStream.schema(from_arrow_schema(schema))
         .option("maxFilesPerTrigger", files_per_trigger)
         .parquet(str(folder))
     )

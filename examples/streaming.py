@@ -208,16 +208,11 @@ def start_spark(master: str, conf: Sequence[str]) -> Any:
 
 
 def flights_stream(spark: Any, folder: Path, schema: pa.Schema, files_per_trigger: int) -> Any:
-    """The streaming DataFrame over the Parquet files landing in ``folder``.
-
-    Spark reads every column but ``time_hour``, which the query does not use: attach()
-    cannot yet turn a Spark timestamp column into an Arrow type (it needs the session's
-    time zone)."""
+    """The streaming DataFrame over the Parquet files landing in ``folder``."""
     from pyspark.sql.pandas.types import from_arrow_schema
 
-    columns = pa.schema([f for f in schema if f.name != "time_hour"])
     return (
-        spark.readStream.schema(from_arrow_schema(columns))
+        spark.readStream.schema(from_arrow_schema(schema))
         .option("maxFilesPerTrigger", files_per_trigger)
         .parquet(str(folder))
     )
