@@ -31,6 +31,7 @@ from rich.table import Table
 from rich.text import Text
 
 from eddies.engine import POLICIES, Catalog, EddiesError, RunStats, explain, open_query
+from eddies.engine.errors import find_error
 from eddies.engine.logging_setup import FORMATS, LEVELS, configure_logging
 from eddies.engine.progress import QueryProgress
 
@@ -695,18 +696,6 @@ def _cmd_serve_demo(args: argparse.Namespace) -> int:
 # --------------------------------------------------------------------------------------
 
 
-def _find(exc: BaseException, kind: type[BaseException]) -> BaseException | None:
-    """The first exception of ``kind`` in ``exc`` or, for exception groups, inside it."""
-    if isinstance(exc, kind):
-        return exc
-    if isinstance(exc, BaseExceptionGroup):
-        for inner in exc.exceptions:
-            found = _find(inner, kind)
-            if found is not None:
-                return found
-    return None
-
-
 def _error(message: str) -> None:
     sys.stderr.write(message.rstrip("\n") + "\n")
     sys.stderr.flush()
@@ -742,10 +731,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             pass
         return 0
     except BaseExceptionGroup as group:
-        if _find(group, KeyboardInterrupt) is not None:
+        if find_error(group, KeyboardInterrupt) is not None:
             _error("interrupted")
             return 130
-        found = _find(group, EddiesError)
+        found = find_error(group, EddiesError)
         if found is not None:
             _error(f"error: {found}")
             return 2

@@ -64,3 +64,16 @@ def describe(node: Any) -> str:
         text = text[:77] + "..."
     pos = position_of(node)
     return f"'{text}'" + (f" at line {pos[0]}, column {pos[1]}" if pos else "")
+
+
+def find_error(exc: BaseException, kind: type[BaseException]) -> BaseException | None:
+    """``exc`` itself if it is a ``kind``, else the first ``kind`` inside it when it is an
+    exception group (trio nurseries raise groups), else None."""
+    if isinstance(exc, kind):
+        return exc
+    if isinstance(exc, BaseExceptionGroup):
+        for inner in exc.exceptions:
+            found = find_error(inner, kind)
+            if found is not None:
+                return found
+    return None

@@ -62,6 +62,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from eddies.engine import Catalog, EddiesError
+from eddies.engine.errors import find_error
 from eddies.engine.logging_setup import configure_logging
 from eddies.sources.nycflights import load_table
 
@@ -673,18 +674,6 @@ def stop_when_caught_up(seen: Watch, generator: FlightsGenerator, duration: floa
     seen.attachment.stop()
 
 
-def _find(exc: BaseException, kind: type[BaseException]) -> BaseException | None:
-    """``exc`` itself or the first ``kind`` inside an exception group."""
-    if isinstance(exc, kind):
-        return exc
-    if isinstance(exc, BaseExceptionGroup):
-        for inner in exc.exceptions:
-            found = _find(inner, kind)
-            if found is not None:
-                return found
-    return None
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the example; the exit status (0 ok, 1 wrong result, 2 error, 130 Ctrl-C)."""
     args = parse_args(argv)
@@ -697,11 +686,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         with tempfile.TemporaryDirectory(prefix="eddies-streaming-") as tmp:
             return run(args, Path(tmp))
     except BaseException as exc:
-        if _find(exc, KeyboardInterrupt) is not None:
+        if find_error(exc, KeyboardInterrupt) is not None:
             console.print("[red]interrupted[/]")
             return 130
         for kind in (EddiesError, SetupError):
-            found = _find(exc, kind)
+            found = find_error(exc, kind)
             if found is not None:
                 console.print(f"[red]error:[/] {escape(str(found))}")
                 return 2
