@@ -12,7 +12,7 @@ is given, else by all their values; see :mod:`eddies.modules.row_identity`).
 from __future__ import annotations
 
 import re
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Callable, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -20,49 +20,22 @@ from typing import Any
 import pyarrow as pa
 
 from eddies.engine.errors import DataSourceError, EddiesError, UdfError
-from eddies.engine.expressions import FunctionSpec
 from eddies.modules.window import Window, check_window
+from eddies.router.expressions import FunctionSpec
 from eddies.sources.arrow_source import TableSource, make_source, plain_schema
+from eddies.sources.index_access import (
+    DEFAULT_BACKOFF,
+    DEFAULT_LOOKUP_TIMEOUT,
+    DEFAULT_MAX_CONCURRENCY,
+    DEFAULT_RETRIES,
+    IndexAccess,
+    LookupFn,
+)
 from eddies.sources.stream import StreamTable
 from eddies.sources.table_store import TableStore
 
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _ACCESS_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.\-]*$")
-
-#: An index AM's lookup: bind values by column name -> the matching rows.
-LookupFn = Callable[[dict[str, Any]], Awaitable[Any]]
-
-#: Lookups an index AM has in flight at once unless told otherwise.
-DEFAULT_MAX_CONCURRENCY = 8
-#: Seconds one lookup may take before it counts as failed (then retried).
-DEFAULT_LOOKUP_TIMEOUT = 10.0
-#: Retries of a failed lookup before the AM is declared failed (then the eddy fails over).
-DEFAULT_RETRIES = 2
-#: Seconds before the first retry; doubled for each further one.
-DEFAULT_BACKOFF = 0.1
-
-
-@dataclass
-class IndexAccess:
-    """An asynchronous index AM (stems-2003 §2.1.3): lookups by equality on ``on``.
-
-    ``lookup`` is awaited with ``{column: value}`` for one distinct bind-value tuple and
-    returns the matching rows (pyarrow Table/RecordBatch, list of dicts, or pandas
-    DataFrame). ``session``, when set, is entered once per query and yields the lookup
-    function to use (a web source opens its HTTP client there). At most
-    ``max_concurrency`` lookups run at once; each gets ``timeout`` seconds and ``retries``
-    retries ``backoff * 2**k`` seconds apart before the AM is declared failed.
-    """
-
-    name: str
-    table: str
-    on: tuple[str, ...]
-    lookup: LookupFn | None = None
-    session: Callable[[], AbstractAsyncContextManager[LookupFn]] | None = None
-    max_concurrency: int = DEFAULT_MAX_CONCURRENCY
-    timeout: float | None = DEFAULT_LOOKUP_TIMEOUT
-    retries: int = DEFAULT_RETRIES
-    backoff: float = DEFAULT_BACKOFF
 
 
 @dataclass

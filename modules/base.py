@@ -1,4 +1,4 @@
-"""What every module shares: the messages it exchanges with the eddy and its serve loop.
+"""What every module shares: its serve loop and helpers (the messages are in router.messages).
 
 Modules are concurrent trio tasks (eddies-2000 §3: River runs each operator in its own
 thread with fixed-length queues). Each reads :class:`Work` from a bounded input channel
@@ -10,50 +10,13 @@ from __future__ import annotations
 
 import os
 import time
-from dataclasses import dataclass
 
 import pyarrow as pa
 import trio
 
+from eddies.router.messages import Returned, Work
 from eddies.router.tuple_batch import TupleBatch
 from eddies.sources.table_store import TableStore
-
-
-@dataclass(slots=True)
-class Work:
-    """A batch routed to one destination; ``edge`` is the probe key for SteM probes."""
-
-    destination: int
-    batch: TupleBatch
-    edge: int | None = None
-
-
-@dataclass(slots=True)
-class Returned:
-    """A module's answer to one Work: its outputs (possibly none) and busy seconds.
-
-    ``final=False`` marks a partial answer (a chunk of a large probe result); exactly one
-    final answer follows, which is what ends the Work's time in flight.
-    """
-
-    destination: int
-    outputs: list[TupleBatch]
-    tuples_in: int
-    busy_seconds: float
-    final: bool = True
-
-
-@dataclass(slots=True)
-class AccessFailed:
-    """An AM gave up (past its timeouts and retries): the eddy routes around it.
-
-    access: the AM's id (QueryGraph.access); source: for a scan AM, its index among the
-    eddy's sources (None for index AMs); error: what went wrong, naming the AM and table.
-    """
-
-    access: int
-    error: str
-    source: int | None = None
 
 
 class Module:

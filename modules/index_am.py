@@ -45,13 +45,14 @@ import pyarrow.compute as pc
 import structlog
 import trio
 
-from eddies.engine.catalog import IndexAccess
-from eddies.modules.base import AccessFailed, Module, Returned, Work
+from eddies.modules.base import Module
 from eddies.modules.key_set import KeySet, bind_columns
+from eddies.router.messages import AccessFailed, Returned, Work
 from eddies.router.query_graph import AccessInfo, QueryGraph
 from eddies.router.stats import LookupStats
 from eddies.router.tuple_batch import Eot, Signature, singleton_batch
 from eddies.sources.arrow_source import conform
+from eddies.sources.index_access import IndexAccess
 from eddies.sources.table_store import TableStore
 
 log = structlog.get_logger("eddies.modules")

@@ -14,8 +14,9 @@ import numpy as np
 import pyarrow as pa
 import trio
 
-from eddies.modules.base import Module, Work, gather_columns
+from eddies.modules.base import Module, gather_columns
 from eddies.router.constraints import ConstraintViolation
+from eddies.router.messages import Work
 from eddies.router.tuple_batch import TupleBatch
 from eddies.sources.table_store import TableStore
 

@@ -23,8 +23,8 @@ import pyarrow as pa
 import trio
 
 from eddies.engine.errors import DataSourceError
-from eddies.modules.base import AccessFailed
-from eddies.router.eddy import Source, SourceBatch, SourceDone
+from eddies.router.eddy import Source
+from eddies.router.messages import AccessFailed, SourceBatch, SourceDone
 from eddies.router.stats import ModuleStats
 from eddies.router.tuple_batch import singleton_batch
 from eddies.sources.arrow_source import TableSource, conform

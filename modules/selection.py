@@ -14,8 +14,9 @@ import dataclasses
 import pyarrow as pa
 
 from eddies.engine.errors import EddiesError, QueryTypeError
-from eddies.engine.expressions import evaluate, evaluate_async, mask_of
-from eddies.modules.base import Module, Work, gather_columns, run_vectorized
+from eddies.modules.base import Module, gather_columns, run_vectorized
+from eddies.router.expressions import evaluate, evaluate_async, mask_of
+from eddies.router.messages import Work
 from eddies.router.query_graph import Predicate
 from eddies.router.tuple_batch import TupleBatch
 from eddies.sources.table_store import TableStore

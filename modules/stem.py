@@ -40,7 +40,7 @@ import numpy as np
 import pyarrow as pa
 import trio
 
-from eddies.modules.base import Module, Work, run_vectorized
+from eddies.modules.base import Module, run_vectorized
 from eddies.modules.key_encoding import (
     KIND_DICT,
     KeyDictionary,
@@ -53,6 +53,7 @@ from eddies.modules.key_set import KeySet, bind_columns
 from eddies.modules.row_identity import RowIdentity
 from eddies.modules.stem_index import GrowableArray, SortedRunIndex
 from eddies.modules.window import EventTimeWindow, StreamClock, event_times, valid_mask
+from eddies.router.messages import Work
 from eddies.router.query_graph import Predicate, QueryGraph
 from eddies.router.tuple_batch import Signature, TupleBatch
 from eddies.sources.table_store import TableStore

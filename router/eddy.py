@@ -37,8 +37,8 @@ import structlog
 import trio
 
 from eddies.engine.errors import DataSourceError
-from eddies.modules.base import AccessFailed, Returned, Work
 from eddies.router.constraints import ConstraintChecker
+from eddies.router.messages import AccessFailed, Returned, SourceBatch, SourceDone, Work
 from eddies.router.policies import RoutingPolicy
 from eddies.router.routing_table import RoutingTable
 from eddies.router.stats import RunStats
@@ -49,21 +49,6 @@ log = structlog.get_logger("eddies.router")
 #: Probe tuples that may wait in the eddy for full index AMs while new source tuples are
 #: still admitted (see ``Eddy._admission_blocked``); beyond it the sources are held back.
 MAX_WAITING_FOR_LOOKUPS = 65536
-
-
-@dataclass(slots=True)
-class SourceBatch:
-    """New singleton tuples from the scan AM with index ``source`` (see :class:`Source`)."""
-
-    source: int
-    batch: TupleBatch
-
-
-@dataclass(slots=True)
-class SourceDone:
-    """A scan AM has delivered all its tuples."""
-
-    source: int
 
 
 @dataclass

@@ -9,12 +9,12 @@ import trio
 
 from eddies.engine import Catalog, UdfError
 from eddies.engine.planner import plan_query
-from eddies.modules.base import Work
 from eddies.modules.output import OutputModule
 from eddies.modules.scan import ScanAM
 from eddies.modules.selection import SelectionModule
 from eddies.router.constraints import ConstraintViolation
-from eddies.router.eddy import Source, SourceBatch, SourceDone
+from eddies.router.eddy import Source
+from eddies.router.messages import SourceBatch, SourceDone, Work
 from eddies.router.stats import ModuleStats
 from eddies.router.tuple_batch import Signature, TupleBatch, singleton_batch
 from eddies.sources.arrow_source import make_source

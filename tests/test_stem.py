@@ -8,8 +8,8 @@ import pytest
 
 from eddies.engine import Catalog
 from eddies.engine.planner import plan_query
-from eddies.modules.base import Work
 from eddies.modules.stem import BuildClock, SteM
+from eddies.router.messages import Work
 from eddies.router.tuple_batch import Signature, TupleBatch, singleton_batch
 
 
