@@ -1,4 +1,4 @@
-"""Compile sqlglot scalar expressions into :mod:`eddies.engine.expressions` trees.
+"""Compile sqlglot scalar expressions into :mod:`eddies.router.expressions` trees.
 
 Semantics follow DuckDB, our test oracle: ``/`` is floating-point division, division or
 modulo by zero gives NULL, ``IN`` with a NULL in the list is NULL when nothing matches,
@@ -17,7 +17,7 @@ import pyarrow.compute as pc
 from sqlglot import exp
 
 from eddies.engine.errors import UnsupportedQueryError, describe
-from eddies.engine.expressions import Call, ColumnRef, Expr, FunctionSpec, Literal, UdfCall
+from eddies.router.expressions import Call, ColumnRef, Expr, FunctionSpec, Literal, UdfCall
 
 
 class Scope(Protocol):
@@ -235,7 +235,7 @@ def _case(n_whens: int, has_default: bool) -> Callable[..., Any]:
 
 
 def _broadcast_bool(c: Any, n: int) -> pa.Array:
-    from eddies.engine.expressions import broadcast
+    from eddies.router.expressions import broadcast
 
     return broadcast(c, n)
 

@@ -15,8 +15,8 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from eddies.engine.expressions import evaluate_async, mask_of
 from eddies.engine.planner import FinalizeSpec
+from eddies.router.expressions import evaluate_async, mask_of
 
 
 class Finalizer:

@@ -36,9 +36,9 @@ from eddies.engine.errors import (
     UnsupportedQueryError,
     describe,
 )
-from eddies.engine.expressions import ColumnRef, Expr, FunctionSpec, check_types
 from eddies.engine.sql import QueryBlock, parse_query
 from eddies.modules.key_encoding import KIND_FLOAT, common_kind, key_kind
+from eddies.router.expressions import ColumnRef, Expr, FunctionSpec, check_types
 from eddies.router.query_graph import AccessInfo, AliasInfo, Edge, Predicate, QueryGraph
 from eddies.router.routing_table import Destination
 

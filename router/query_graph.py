@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from eddies.engine.expressions import Expr
+from eddies.router.expressions import Expr
 
 
 @dataclass(frozen=True)
