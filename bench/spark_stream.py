@@ -19,7 +19,7 @@ same Spark session, and call the same server:
   one once (a per-task cache, which is the per-batch cache a careful user writes), then
   joins them in with pyarrow. Requests are sequential within a task; Spark runs as many
   tasks at once as it has cores.
-* **eddies**: :func:`eddies.sources.spark.attach` pushes each micro-batch into an eddy
+* **eddies**: :func:`eddies.engine.spark.attach` pushes each micro-batch into an eddy
   that joins it with ``planes`` (a local table) and with ``airports`` through an index
   AM (``Catalog.add_web_table(..., lookup_on=["faa"])``) keeping ``--max-concurrency``
   lookups in flight; looked-up airports stay in the airports SteM for later batches.
@@ -278,7 +278,7 @@ def run_eddies(
     source: Any, planes: pa.Table, url: str, checkpoint: Path, max_concurrency: int
 ) -> Side:
     from eddies.engine import Catalog
-    from eddies.sources.spark import attach
+    from eddies.engine.spark import attach
 
     side = Side(f"eddies attached ({max_concurrency} lookups in flight)")
     catalog = Catalog()

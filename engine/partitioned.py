@@ -45,10 +45,11 @@ from sqlglot import exp
 from eddies.engine.api import _unwrap, execute
 from eddies.engine.catalog import Catalog, CatalogTable
 from eddies.engine.errors import DataSourceError, EddiesError
-from eddies.engine.expressions import FunctionSpec
 from eddies.engine.finalize import Finalizer
 from eddies.engine.planner import Plan, plan_query
 from eddies.engine.run import RunOptions, run_plan, seed_scheduler
+from eddies.engine.spark import arrow_schema
+from eddies.router.expressions import FunctionSpec
 from eddies.router.stats import RunStats
 from eddies.sources.arrow_source import conform, plain_schema
 
@@ -526,13 +527,6 @@ def _group_fn(payload: _Payload):
 # The Spark side (driver)
 
 
-def _arrow_schema(df: Any) -> pa.Schema:
-    from pyspark.sql.pandas.types import to_arrow_schema
-
-    timezone = df.sparkSession.conf.get("spark.sql.session.timeZone")
-    return plain_schema(to_arrow_schema(df.schema, timezone=timezone))
-
-
 def _spark_schema(spark: Any, schema: pa.Schema) -> tuple[Any, pa.Schema]:
     """Spark's StructType for ``schema`` and the Arrow schema Spark expects back."""
     from pyspark.sql.pandas.types import from_arrow_schema, to_arrow_schema
@@ -594,7 +588,7 @@ class _Prepared:
 
 
 def _prepare(sql: str, catalog: Catalog, partitioned: Mapping[str, Any]) -> _Prepared:
-    schemas = {name.lower(): _arrow_schema(df) for name, df in partitioned.items()}
+    schemas = {name.lower(): plain_schema(arrow_schema(df)) for name, df in partitioned.items()}
     plan = plan_query(sql, _planning_catalog(catalog, schemas))
     return _Prepared(plan, _analyze(sql, plan, catalog, schemas), schemas)
 

@@ -1,4 +1,4 @@
-"""Spark Structured Streaming as a source: micro-batches fed to a running eddy.
+"""Spark Structured Streaming feeding a running eddy: micro-batches through foreachBatch.
 
 ``foreachBatch`` hands each micro-batch to a Python callback on the Spark driver with its
 ``batch_id``. :func:`attach` starts one eddy query (one trio run in a thread of its own,
@@ -20,6 +20,10 @@ and none is fed twice, and a stream-static join's increments are the same as bef
 :class:`~eddies.engine.sinks.ParquetSink` names files by tag, so a replayed increment
 replaces its file. A stream-stream join restarted this way joins only what arrives after
 the restart (see docs/streaming.md).
+
+The scale-out mode (independent eddies over Spark partitions) is
+:mod:`eddies.engine.partitioned`; both live in the engine layer because they drive whole
+queries.
 """
 
 from __future__ import annotations

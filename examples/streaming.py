@@ -11,7 +11,7 @@ What it does:
    ``--rows-per-file`` rows) into an input folder at ``--rate`` files per second;
 2. Spark (``--master``, default ``local[2]``) reads the folder as a stream
    (``spark.readStream.schema(...).parquet(folder)``, ``maxFilesPerTrigger``);
-3. :func:`eddies.sources.spark.attach` hands each micro-batch to an eddy that joins the
+3. :func:`eddies.engine.spark.attach` hands each micro-batch to an eddy that joins the
    flights with ``planes`` (a local table) and ``airports``, looked up by ``faa`` over HTTP
    from a demo REST server (started in this process with ``--latency`` seconds a request,
    unless ``--airports-url`` names one); results go to a Parquet folder;
@@ -558,7 +558,7 @@ def run(args: argparse.Namespace, work: Path, session: Any = None) -> int:
     use (and leave running) instead of starting one on ``--master``."""
     try:
         from eddies.engine.sinks import ParquetSink
-        from eddies.sources.spark import attach
+        from eddies.engine.spark import attach
     except ImportError as exc:  # pyspark missing, or an older eddies
         raise SetupError(f"{exc} (install with `pip install -e '.[spark]'`)") from exc
 

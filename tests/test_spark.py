@@ -26,8 +26,8 @@ import trio
 
 from eddies.engine import Catalog
 from eddies.engine.sinks import ParquetSink, SparkSink
+from eddies.engine.spark import attach, feed_stream
 from eddies.engine.streaming import BackgroundQuery
-from eddies.sources.spark import attach, feed_stream
 
 pytestmark = [
     pytest.mark.spark,
