@@ -227,6 +227,7 @@ def queries(draw) -> tuple[str, list[int] | None]:
     )
 
 
+@pytest.mark.slow  # about 7 s at 25 examples
 @settings(max_examples=MAX_EXAMPLES)
 @given(rows=st.lists(ROW, max_size=12), rows_u=st.lists(ROW, max_size=6), query=queries())
 def test_expressions_match_duckdb(rows, rows_u, query):
