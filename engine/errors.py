@@ -34,6 +34,13 @@ class QueryTypeError(EddiesError):
     """An expression applies an operation to values of the wrong type."""
 
 
+class ExpressionError(QueryTypeError):
+    """Evaluating an expression failed on the data: an arithmetic overflow, a value that
+    cannot be cast (``CAST('y' AS INTEGER)``), a division by zero in ``%`` or ``//``. As in
+    DuckDB (Out of Range / Conversion / Invalid Input errors), the query fails; the message
+    names the expression."""
+
+
 class DataSourceError(EddiesError):
     """A table's data cannot be read or has the wrong shape."""
 

@@ -37,7 +37,7 @@ from eddies.engine.errors import (
     describe,
 )
 from eddies.engine.sql import QueryBlock, parse_query
-from eddies.modules.key_encoding import KIND_FLOAT, common_kind, key_kind
+from eddies.modules.key_encoding import common_kind, key_kind, wider_kind
 from eddies.router.expressions import ColumnRef, Expr, FunctionSpec, check_types
 from eddies.router.query_graph import AccessInfo, AliasInfo, Edge, Predicate, QueryGraph
 from eddies.router.routing_table import Destination
@@ -380,8 +380,7 @@ def _index_kinds(graph: QueryGraph, scope: BaseScope) -> dict[str, dict]:
                 cols, [key_kind(scope.schemas[alias].field(c).type) for c in cols]
             )
             for i, k in enumerate(p.edge.kinds):
-                if k == KIND_FLOAT:
-                    current[i] = KIND_FLOAT
+                current[i] = wider_kind(k, current[i])
     return {t: {c: tuple(k) for c, k in per.items()} for t, per in kinds.items()}
 
 

@@ -42,11 +42,11 @@ import trio
 
 from eddies.modules.base import Module, run_vectorized
 from eddies.modules.key_encoding import (
-    KIND_DICT,
     KeyDictionary,
     encode_column,
     key_kind,
     mix_codes,
+    uses_dictionary,
     validity,
 )
 from eddies.modules.key_set import KeySet, bind_columns
@@ -94,7 +94,7 @@ class ColumnIndex:
     combined: KeyDictionary | None = None
 
     def __post_init__(self) -> None:
-        self.dictionaries = [KeyDictionary() if k == KIND_DICT else None for k in self.kinds]
+        self.dictionaries = [KeyDictionary() if uses_dictionary(k) else None for k in self.kinds]
         if len(self.columns) > 1:  # codes kept per column to verify multi-column matches
             self.column_codes = [GrowableArray(np.int64) for _ in self.columns]
             # Mixed 64-bit keys are sparse; dense codes for them allow CSR lookups.

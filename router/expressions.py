@@ -22,7 +22,19 @@ import numpy as np
 import pyarrow as pa
 import trio
 
-from eddies.engine.errors import QueryTypeError, UdfError, describe
+from eddies.engine.errors import ExpressionError, QueryTypeError, UdfError, describe
+
+#: What pyarrow.compute (and the NumPy/Python code of our kernels) raises on bad values or
+#: types; :meth:`Call.eval` turns them into an :class:`ExpressionError` naming the SQL.
+KERNEL_ERRORS = (
+    pa.ArrowInvalid,
+    pa.ArrowNotImplementedError,
+    pa.ArrowTypeError,
+    OverflowError,
+    ZeroDivisionError,
+    TypeError,
+    ValueError,
+)
 
 Env = Mapping[Any, pa.Array]
 
@@ -77,7 +89,13 @@ class Call(Expr):
     sql: object = ""  # SQL text: a str, or rendered lazily by str()
 
     def eval(self, env: Env, n: int) -> pa.Array | pa.Scalar:
-        return self.fn(*[a.eval(env, n) for a in self.args])
+        values = [a.eval(env, n) for a in self.args]
+        try:
+            return self.fn(*values)
+        except KERNEL_ERRORS as exc:
+            # The one place a library error on an expression's values becomes ours: the
+            # innermost failing Call names itself (an EddiesError passes outer ones).
+            raise ExpressionError(f"evaluating {self.sql} failed: {_reason(exc)}") from exc
 
     def children(self) -> list[Expr]:
         return self.args
@@ -164,6 +182,12 @@ class UdfCall(Expr):
         return self._to_array(result, n)
 
 
+def _reason(exc: BaseException) -> str:
+    """The first line of a library error, without pyarrow's source-file prefixes."""
+    text = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+    return text.split(": ", 1)[1] if text.startswith("/") and ": " in text else text
+
+
 def _as_pylist(value: Any, n: int) -> list[Any]:
     if isinstance(value, pa.Scalar):
         return [value.as_py()] * n
@@ -215,10 +239,13 @@ def check_types(expr: Expr, types: Mapping[Any, pa.DataType], where: Any) -> pa.
         env[call] = pa.array([], type=call.spec.return_type)
     try:
         return evaluate(expr, env, 0).type
-    except (pa.ArrowNotImplementedError, pa.ArrowTypeError, pa.ArrowInvalid, TypeError) as exc:
-        reason = str(exc).splitlines()[0]
+    except ExpressionError as exc:
+        cause = exc.__cause__ if exc.__cause__ is not None else exc
         place = where if isinstance(where, str) else describe(where)
-        raise QueryTypeError(f"type error in {place}: {reason}") from exc
+        raise QueryTypeError(f"type error in {place}: {_reason(cause)}") from exc
+    except KERNEL_ERRORS as exc:
+        place = where if isinstance(where, str) else describe(where)
+        raise QueryTypeError(f"type error in {place}: {_reason(exc)}") from exc
 
 
 def mask_of(values: pa.Array) -> np.ndarray:
