@@ -6,9 +6,14 @@ counts what happened. Servers listen on 127.0.0.1 only.
 
 from __future__ import annotations
 
-import pyarrow as pa
+import threading
 
-from eddies.engine import Catalog, run_query
+import pyarrow as pa
+import pyarrow.compute as pc
+import trio
+import trio.testing
+
+from eddies.engine import Catalog, open_query, run_query
 
 # ---------------------------------------------------------------------------------------
 # LIMIT over a table with two scan AMs: the eddy must not outlive its modules' queues
@@ -27,3 +32,41 @@ def test_limit_over_two_scan_ams_never_breaks_a_module_queue():
         values = ids.column("id").to_pylist()
         assert len(values) == 10 and len(set(values)) == 10
         assert set(values) <= set(range(300))
+
+
+# ---------------------------------------------------------------------------------------
+# a deadline around a query running a slow sync UDF
+
+
+def test_a_cancelled_query_does_not_wait_for_a_sync_udf_thread():
+    # The UDF blocks its worker thread until the test releases it, which the test does only
+    # after the query has returned. Before the fix the cancel waited for the thread: the
+    # query returned only when the UDF gave up waiting (``released`` never set in time).
+    release = threading.Event()
+    finished = threading.Event()
+    started = threading.Event()
+
+    def slow(x):
+        started.set()
+        released = release.wait(timeout=5.0)  # a hang guard for the unfixed engine
+        finished.set()
+        return pc.greater(x, -1) if released else pc.greater(x, 10**9)
+
+    cat = Catalog()
+    cat.add_table("t", pa.table({"x": list(range(10))}))
+    cat.add_function("slow", slow)
+    outcome = {}
+
+    async def main():
+        with trio.move_on_after(1.0) as scope:
+            async with open_query("SELECT x FROM t WHERE slow(x)", cat) as results:
+                async for _ in results:
+                    pass
+        outcome["cancelled"] = scope.cancelled_caught
+        outcome["udf_finished_at_return"] = finished.is_set()
+
+    trio.run(main, clock=trio.testing.MockClock(autojump_threshold=0))
+    release.set()
+    assert started.is_set()
+    assert outcome == {"cancelled": True, "udf_finished_at_return": False}
+    assert finished.wait(timeout=10.0)  # the abandoned thread still ends on its own
