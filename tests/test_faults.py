@@ -10,10 +10,13 @@ import threading
 
 import pyarrow as pa
 import pyarrow.compute as pc
+import pytest
 import trio
 import trio.testing
 
 from eddies.engine import Catalog, open_query, run_query
+from eddies.engine.errors import EddiesError
+from eddies.engine.streaming import BackgroundQuery
 
 # ---------------------------------------------------------------------------------------
 # LIMIT over a table with two scan AMs: the eddy must not outlive its modules' queues
@@ -70,3 +73,39 @@ def test_a_cancelled_query_does_not_wait_for_a_sync_udf_thread():
     assert started.is_set()
     assert outcome == {"cancelled": True, "udf_finished_at_return": False}
     assert finished.wait(timeout=10.0)  # the abandoned thread still ends on its own
+
+
+# ---------------------------------------------------------------------------------------
+# a push into a stream whose BackgroundQuery failed to start
+
+
+@pytest.mark.parametrize(
+    ("sql", "options"),
+    [
+        ("SELECT no_such_column FROM ticks", {}),  # a planning error
+        ("SELECT * FROM ticks", {"batch_size": 0}),  # a bad option
+        ("SELEC * FROM ticks", {}),  # not even parsed
+    ],
+)
+def test_a_push_into_a_stream_whose_query_failed_to_start_raises_its_error(sql, options):
+    cat = Catalog()
+    ticks = cat.add_stream("ticks", pa.schema([("x", pa.int64())]))
+    raised: list[BaseException] = []
+
+    def producer():
+        try:
+            ticks.push(pa.table({"x": [1, 2]}), 0, start_timeout=30.0)
+        except BaseException as exc:
+            raised.append(exc)
+
+    thread = threading.Thread(target=producer, daemon=True)
+    thread.start()  # waits for a query to read the stream
+    query = BackgroundQuery(sql, cat, **options)
+    with pytest.raises(EddiesError) as failed:
+        query.result(timeout=30.0)
+    thread.join(timeout=20.0)  # a hang guard only: the push must raise at once
+    assert not thread.is_alive(), "push still waits for a query that failed"
+    assert raised == [failed.value]
+    with pytest.raises(EddiesError) as again:  # and so does every later push
+        ticks.push(pa.table({"x": [3]}), 1, start_timeout=30.0)
+    assert again.value is failed.value
