@@ -46,6 +46,7 @@ import structlog
 import trio
 
 from eddies.engine.catalog import IndexAccess
+from eddies.engine.errors import DataSourceError
 from eddies.modules.base import AccessFailed, Module, Returned, Work
 from eddies.modules.key_set import KeySet, bind_columns
 from eddies.router.query_graph import AccessInfo, QueryGraph
@@ -260,13 +261,17 @@ class IndexAM(Module):
                 else:
                     with trio.fail_after(self.spec.timeout):
                         raw = await lookup_fn(bind)
-                return conform(
-                    raw, self.schema, f"lookup of {self.spec.name!r}", rows_ok=True
-                ), None
             except trio.TooSlowError:
                 error = f"timed out after {self.spec.timeout} s"
             except Exception as exc:  # any failure of a source counts; it is retried
                 error = _describe(exc)
+            else:
+                # An answer of the wrong shape is not retried: asking again gives the same.
+                where = f"lookup of {self.spec.name!r} (table {self.spec.table!r})"
+                try:
+                    return conform(raw, self.schema, where, rows_ok=True), None
+                except DataSourceError as exc:
+                    return None, f"lookup {bind} gave a bad answer: {exc}"
             if attempt < self.spec.retries:
                 self.stats.retries += 1
                 log.debug("lookup retry", am=self.spec.name, bind=bind, error=error)

@@ -15,7 +15,7 @@ import trio
 import trio.testing
 
 from eddies.engine import Catalog, open_query, run_query
-from eddies.engine.errors import EddiesError
+from eddies.engine.errors import DataSourceError, EddiesError
 from eddies.engine.streaming import BackgroundQuery
 
 # ---------------------------------------------------------------------------------------
@@ -109,3 +109,54 @@ def test_a_push_into_a_stream_whose_query_failed_to_start_raises_its_error(sql, 
     with pytest.raises(EddiesError) as again:  # and so does every later push
         ticks.push(pa.table({"x": [3]}), 1, start_timeout=30.0)
     assert again.value is failed.value
+
+
+# ---------------------------------------------------------------------------------------
+# a lookup answering a list of dicts with a missing or misspelt column
+
+PLANES = pa.table({"tailnum": ["N1", "N2"], "seats": [100, 200]})
+FLIGHTS = pa.table({"id": [1, 2, 3], "tailnum": ["N1", "N2", "N1"]})
+JOIN = "SELECT f.id, p.seats FROM flights f JOIN planes p ON f.tailnum = p.tailnum"
+
+
+@pytest.mark.parametrize(
+    ("rename", "named"),
+    [
+        ({"seats": "seat"}, "lacks columns ['seats'] and has unexpected keys ['seat']"),
+        ({"seats": None}, "lacks columns ['seats']"),
+    ],
+)
+def test_a_lookup_answering_dicts_without_a_column_fails_clearly(rename, named):
+    calls = []
+
+    async def lookup(bind):
+        calls.append(bind)
+        rows = PLANES.filter(pc.equal(PLANES["tailnum"], bind["tailnum"])).to_pylist()
+        return [
+            {rename.get(k, k): v for k, v in row.items() if rename.get(k, k) is not None}
+            for row in rows
+        ]
+
+    cat = Catalog()
+    cat.add_table("flights", FLIGHTS)
+    cat.add_index("planes", PLANES.schema, on=["tailnum"], lookup=lookup, retries=2)
+    with pytest.raises(DataSourceError) as failed:
+        run_query(JOIN, cat)  # before the fix: 3 rows with seats NULL
+    message = str(failed.value)
+    assert "table 'planes'" in message and named in message
+    assert len(calls) == len({b["tailnum"] for b in calls})  # no retries of a bad shape
+
+
+def test_a_lookup_answering_complete_dicts_still_joins():
+    async def lookup(bind):
+        return PLANES.filter(pc.equal(PLANES["tailnum"], bind["tailnum"])).to_pylist()
+
+    cat = Catalog()
+    cat.add_table("flights", FLIGHTS)
+    cat.add_index("planes", PLANES.schema, on=["tailnum"], lookup=lookup)
+    got = run_query(JOIN, cat).table
+    assert sorted(got.to_pylist(), key=lambda r: r["id"]) == [
+        {"id": 1, "seats": 100},
+        {"id": 2, "seats": 200},
+        {"id": 3, "seats": 100},
+    ]
