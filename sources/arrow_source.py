@@ -22,8 +22,24 @@ import pyarrow.parquet as pq
 from eddies.engine.errors import DataSourceError
 from eddies.sources.table_store import TableStore
 
+#: Longest wait (seconds) a 429's ``Retry-After`` may impose on one retry (a scan page or a
+#: lookup): a query would rather fail than stall for minutes behind a throttled server.
+RETRY_AFTER_CAP = 5.0
+
 #: Empty CSV fields are NULL in every column, as in DuckDB's read_csv.
 CSV_CONVERT = pacsv.ConvertOptions(strings_can_be_null=True)
+
+
+class Throttled(DataSourceError):
+    """A source asks to be asked again later (HTTP 429): back-pressure, not a failure.
+
+    Raised by a lookup function; ``retry_after`` is the wait in seconds the source asked
+    for (0: none given). The index AM waits and retries without counting a failure.
+    """
+
+    def __init__(self, message: str, retry_after: float = 0.0) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
 
 
 @dataclass

@@ -6,7 +6,12 @@ counts what happened. Servers listen on 127.0.0.1 only.
 
 from __future__ import annotations
 
+import base64
+import contextlib
+import functools
+import json
 import threading
+from contextlib import asynccontextmanager
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -17,6 +22,7 @@ import trio.testing
 from eddies.engine import Catalog, open_query, run_query
 from eddies.engine.errors import DataSourceError, EddiesError
 from eddies.engine.streaming import BackgroundQuery
+from eddies.sources.web import WebSourceError, WebTable
 
 # ---------------------------------------------------------------------------------------
 # LIMIT over a table with two scan AMs: the eddy must not outlive its modules' queues
@@ -160,3 +166,161 @@ def test_a_lookup_answering_complete_dicts_still_joins():
         {"id": 2, "seats": 200},
         {"id": 3, "seats": 100},
     ]
+
+
+# ---------------------------------------------------------------------------------------
+# web answers: a total deadline per request, a byte cap, 429s on lookups
+
+SCHEMA = pa.schema([("k", pa.int64()), ("v", pa.string())])
+DESCRIPTION = json.dumps(
+    {
+        "name": "t",
+        "rows": 1,
+        "key": ["k"],
+        "schema": base64.b64encode(SCHEMA.serialize().to_pybytes()).decode(),
+    }
+).encode()
+
+
+def _head(status: str, length: int, extra: str = "", kind: str = "application/json") -> bytes:
+    return (
+        f"HTTP/1.1 {status}\r\ncontent-type: {kind}\r\ncontent-length: {length}\r\n{extra}\r\n"
+    ).encode()
+
+
+@asynccontextmanager
+async def raw_server(answer):
+    """A bare HTTP/1.1 server on 127.0.0.1: ``answer(stream, target)`` writes each answer
+    (the description of table ``t`` is answered here); yields its base URL."""
+
+    async def connection(stream: trio.SocketStream) -> None:
+        async with stream:
+            buffer = b""
+            with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
+                while True:
+                    while b"\r\n\r\n" not in buffer:
+                        data = await stream.receive_some()
+                        if not data:
+                            return
+                        buffer += data
+                    head, buffer = buffer.split(b"\r\n\r\n", 1)
+                    target = head.split(b" ")[1].decode()
+                    if target == "/tables/t":
+                        await stream.send_all(_head("200 OK", len(DESCRIPTION)) + DESCRIPTION)
+                    else:
+                        await answer(stream, target)
+
+    async with trio.open_nursery() as nursery:
+        listeners = await nursery.start(
+            functools.partial(trio.serve_tcp, connection, 0, host="127.0.0.1")
+        )
+        port = listeners[0].socket.getsockname()[1]
+        yield f"http://127.0.0.1:{port}"
+        nursery.cancel_scope.cancel()
+
+
+async def test_a_scan_page_trickling_a_byte_a_second_times_out(autojump_clock):
+    # httpx's timeouts bound each read; one byte a second never trips them. Before the fix
+    # the client read the whole 100-byte page, a byte a (virtual) second.
+    sent = []
+
+    async def trickle(stream, target):
+        await stream.send_all(_head("200 OK", 100))
+        for _ in range(100):
+            await trio.sleep(1.0)
+            await stream.send_all(b" ")
+            sent.append(1)
+
+    async with raw_server(trickle) as url:
+        web = WebTable(url, "t", timeout=3.0, retries=0)
+        with pytest.raises(WebSourceError, match=r"timed out after 3 s \(the whole request\)"):
+            async for _ in web.scan():
+                pass
+    assert len(sent) <= 3
+
+
+async def test_a_lookup_trickling_a_byte_a_second_times_out(autojump_clock):
+    sent = []
+
+    async def trickle(stream, target):
+        await stream.send_all(_head("200 OK", 100))
+        for _ in range(100):
+            await trio.sleep(1.0)
+            await stream.send_all(b" ")
+            sent.append(1)
+
+    async with raw_server(trickle) as url, WebTable(url, "t", timeout=3.0).session() as session:
+        with pytest.raises(WebSourceError, match="timed out after 3 s"):
+            await session.lookup({"k": 1})
+    assert len(sent) <= 3
+
+
+CHUNK = b"x" * 65536
+
+
+async def test_an_answer_past_the_byte_cap_stops_the_client_reading():
+    # The server would send 1 GiB; the client must stop near its 1 MiB cap (the kernel's
+    # socket buffers hold a few MiB more of what the server wrote). Before the fix the
+    # client read the whole body.
+    huge = 2**30
+    sent = [0]
+
+    async def endless(stream, target):
+        await stream.send_all(_head("200 OK", huge, kind="application/vnd.apache.arrow.stream"))
+        while sent[0] < huge:
+            await stream.send_all(CHUNK)
+            sent[0] += len(CHUNK)
+
+    cap = 2**20
+    async with raw_server(endless) as url:
+        web = WebTable(url, "t", timeout=600.0, retries=0, max_response_bytes=cap)
+        with pytest.raises(WebSourceError) as failed:
+            async for _ in web.scan():
+                pass
+    message = str(failed.value)
+    assert f"{url}/tables/t/rows" in message and f"max_response_bytes={cap}" in message
+    assert sent[0] < 64 * 2**20
+
+
+@pytest.mark.parametrize("bad", [0, -1, True, 1.5])
+def test_max_response_bytes_is_validated(bad):
+    with pytest.raises(WebSourceError, match="max_response_bytes"):
+        WebTable("http://127.0.0.1:1", "t", max_response_bytes=bad)
+
+
+async def test_a_throttled_lookup_waits_for_retry_after_and_succeeds(autojump_clock):
+    # A healthy server rate-limits the first 5 lookups (429, Retry-After: 2). Before the
+    # fix each 429 counted as a failed attempt: past 2 retries the AM was declared failed.
+    answers = []
+    row = pa.table({"k": [1], "v": ["one"]}, schema=SCHEMA)
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, SCHEMA) as writer:
+        writer.write_table(row)
+    body = sink.getvalue().to_pybytes()
+
+    async def throttle(stream, target):
+        answers.append(target)
+        if len(answers) <= 5:
+            error = b'{"error": "slow down"}'
+            await stream.send_all(_head("429 Too Many Requests", len(error), "retry-after: 2\r\n"))
+            await stream.send_all(error)
+        else:
+            await stream.send_all(
+                _head("200 OK", len(body), kind="application/vnd.apache.arrow.stream") + body
+            )
+
+    async with raw_server(throttle) as url:
+        cat = Catalog()
+        cat.add_table("r", pa.table({"k": [1]}))
+        add = functools.partial(
+            cat.add_web_table, "t", url, scan=False, lookup_on=["k"], retries=2, max_concurrency=1
+        )
+        await trio.to_thread.run_sync(add)  # describes the table: a blocking request
+        started = trio.current_time()
+        async with open_query("SELECT r.k, t.v FROM r JOIN t ON r.k = t.k", cat) as results:
+            rows = [row async for batch in results for row in batch.to_pylist()]
+        waited = trio.current_time() - started  # virtual seconds (MockClock)
+    assert rows == [{"k": 1, "v": "one"}]
+    assert results.stats.failures == []
+    assert results.stats.lookups["t.127.0.0.1-" + url.rsplit(":", 1)[1]].retries == 5
+    assert len(answers) == 6 and waited >= 5 * 2.0
