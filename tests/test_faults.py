@@ -13,6 +13,7 @@ import json
 import threading
 from contextlib import asynccontextmanager
 
+import httpx
 import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
@@ -22,6 +23,7 @@ import trio.testing
 from eddies.engine import Catalog, open_query, run_query
 from eddies.engine.errors import DataSourceError, EddiesError
 from eddies.engine.streaming import BackgroundQuery
+from eddies.sources.demo_server import DemoServerConfig, DemoServerError, open_demo_server
 from eddies.sources.web import WebSourceError, WebTable
 
 # ---------------------------------------------------------------------------------------
@@ -324,3 +326,34 @@ async def test_a_throttled_lookup_waits_for_retry_after_and_succeeds(autojump_cl
     assert results.stats.failures == []
     assert results.stats.lookups["t.127.0.0.1-" + url.rsplit(":", 1)[1]].retries == 5
     assert len(answers) == 6 and waited >= 5 * 2.0
+
+
+@pytest.mark.parametrize("fmt", ["arrow", "json"])
+async def test_demo_server_pages_never_exceed_their_byte_budget(fmt):
+    # Before the fix a page was cut by rows only: 1,000 rows of 1 KiB here, ~1 MiB a page.
+    wide = pa.table({"k": list(range(1000)), "v": ["x" * 1024] * 1000})
+    budget = 50_000
+    config = DemoServerConfig(max_page_bytes=budget)
+    async with open_demo_server({"w": wide}, {"w": ["k"]}, config) as server:
+        offset, sizes, pages = 0, [], []
+        async with httpx.AsyncClient() as client:
+            while offset is not None:
+                answer = await client.get(
+                    f"{server.url}/tables/w/rows",
+                    params={"offset": offset, "limit": 1000, "format": fmt},
+                )
+                assert answer.status_code == 200
+                sizes.append(len(answer.content))
+                following = answer.headers.get("x-next-offset")
+                offset = int(following) if following is not None else None
+        web = WebTable(server.url, "w", format=fmt, page_size=1000)
+        async for page in web.scan():
+            pages.append(page)
+    assert max(sizes) <= budget and len(sizes) >= 1024 * 1000 // budget
+    assert pa.concat_tables(pages).equals(wide)
+
+
+@pytest.mark.parametrize("bad", [0, True, 2.5])
+def test_demo_server_byte_budget_is_validated(bad):
+    with pytest.raises(DemoServerError, match="max_page_bytes"):
+        DemoServerConfig(max_page_bytes=bad)
