@@ -90,11 +90,12 @@ class BackgroundQuery:
         try:
             trio.run(self._main)
         except BaseException as exc:  # handed to the caller by result()
-            self._error = exc
             # Its producers must not wait for a query that failed, even one that never
-            # started reading its streams (a planning error, a bad option).
+            # started reading its streams (a planning error, a bad option). Before the
+            # error is published: whoever sees it then sees the streams failed too.
             for stream in _streams_of(self.sql, self._catalog):
                 stream.query_failed(exc)
+            self._error = exc
         finally:
             self._started.set()  # a query that failed to start must not leave commit() waiting
 
