@@ -19,6 +19,8 @@ from collections.abc import Callable, Hashable
 from typing import Any
 
 import pyarrow as pa
+import sqlglot
+import sqlglot.errors
 import trio
 
 from eddies.engine.api import QueryResults, open_query
@@ -26,9 +28,26 @@ from eddies.engine.catalog import Catalog
 from eddies.engine.errors import EddiesError
 from eddies.engine.sinks import FINAL, Sink
 from eddies.router.stats import RunStats
+from eddies.sources.stream import StreamTable
 
 #: Seconds :meth:`BackgroundQuery.commit` waits for the query to start.
 START_TIMEOUT = 300.0
+
+
+def _streams_of(sql: str, catalog: Catalog) -> list[StreamTable]:
+    """The stream tables ``sql`` names; if it cannot even be parsed, every stream of the
+    catalog that no query reads (one of them may be waiting for this query)."""
+    streams = {name: stream for name in catalog.tables if (stream := catalog.table(name).stream)}
+    try:
+        named = {
+            t.name.lower()
+            for statement in sqlglot.parse(sql, dialect="duckdb")
+            if statement is not None
+            for t in statement.find_all(sqlglot.exp.Table)
+        }
+    except sqlglot.errors.SqlglotError:
+        return [s for s in streams.values() if not s.claimed]
+    return [s for name, s in streams.items() if name in named]
 
 
 class BackgroundQuery:
@@ -71,6 +90,11 @@ class BackgroundQuery:
         try:
             trio.run(self._main)
         except BaseException as exc:  # handed to the caller by result()
+            # Its producers must not wait for a query that failed, even one that never
+            # started reading its streams (a planning error, a bad option). Before the
+            # error is published: whoever sees it then sees the streams failed too.
+            for stream in _streams_of(self.sql, self._catalog):
+                stream.query_failed(exc)
             self._error = exc
         finally:
             self._started.set()  # a query that failed to start must not leave commit() waiting

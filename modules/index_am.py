@@ -16,7 +16,8 @@ queue, and a Work (a batch of probe tuples) is answered once every lookup it nee
 * Prior probers (ProbeCompletion, §3.4) end here: their remaining matches arrive as new
   singletons that find them in their SteMs. Tuples that came straight to the AM (the index
   join of a hybrid, §4.3) are bounced back marked ``looked`` and go on to the SteM.
-* Each lookup gets ``timeout`` seconds and ``retries`` retries with exponential backoff.
+* Each lookup gets ``timeout`` seconds and ``retries`` retries with exponential backoff;
+  a throttled source (429 and ``Retry-After``) is waited for, not counted as failing.
   When they are used up the AM fails: the eddy is told (:class:`AccessFailed`), every Work
   still here is handed back unchanged, and the eddy routes it to the table's other AMs
   (failover) — or fails the query naming the table, if none is left.
@@ -45,13 +46,14 @@ import pyarrow.compute as pc
 import structlog
 import trio
 
+from eddies.engine.errors import DataSourceError
 from eddies.modules.base import Module
 from eddies.modules.key_set import KeySet, bind_columns
 from eddies.router.messages import AccessFailed, Returned, Work
 from eddies.router.query_graph import AccessInfo, QueryGraph
 from eddies.router.stats import LookupStats
 from eddies.router.tuple_batch import Eot, Signature, singleton_batch
-from eddies.sources.arrow_source import conform
+from eddies.sources.arrow_source import RETRY_AFTER_CAP, Throttled, conform
 from eddies.sources.index_access import IndexAccess
 from eddies.sources.table_store import TableStore
 
@@ -61,6 +63,9 @@ log = structlog.get_logger("eddies.modules")
 #: and at least: enough to keep every slot busy and absorb bursts of probes.
 LOOKAHEAD_PER_LOOKUP = 8
 LOOKAHEAD_MIN = 256
+#: 429 answers one lookup may wait out before they count as failed attempts: a source
+#: that throttles without end is as good as down.
+MAX_THROTTLED = 32
 
 
 @dataclass(eq=False)
@@ -251,27 +256,48 @@ class IndexAM(Module):
         return bool(self.eots.contains(values)[0])
 
     async def _look_up(self, lookup_fn: Callable, key: tuple) -> tuple[pa.Table | None, str | None]:
-        """One lookup with timeout and retries: (rows, None) or (None, error message)."""
+        """One lookup with timeout and retries: (rows, None) or (None, error message).
+
+        A :class:`~eddies.sources.arrow_source.Throttled` answer (a 429) is back-pressure,
+        not a failure: the lookup waits its ``retry_after`` (at most ``RETRY_AFTER_CAP``;
+        the backoff if the source named none) and asks again without using up an attempt,
+        up to ``MAX_THROTTLED`` times; each wait counts as a retry in the stats.
+        """
         bind = dict(zip(self.spec.on, key, strict=True))
         error = "no attempt"
-        for attempt in range(self.spec.retries + 1):
+        attempt = throttled = 0
+        while attempt <= self.spec.retries:
             try:
                 if self.spec.timeout is None:
                     raw = await lookup_fn(bind)
                 else:
                     with trio.fail_after(self.spec.timeout):
                         raw = await lookup_fn(bind)
-                return conform(
-                    raw, self.schema, f"lookup of {self.spec.name!r}", rows_ok=True
-                ), None
             except trio.TooSlowError:
                 error = f"timed out after {self.spec.timeout} s"
+            except Throttled as exc:
+                error = _describe(exc)
+                if throttled < MAX_THROTTLED:
+                    throttled += 1
+                    self.stats.retries += 1
+                    wait = min(exc.retry_after, RETRY_AFTER_CAP) or self.spec.backoff
+                    log.debug("lookup throttled", am=self.spec.name, bind=bind, wait=wait)
+                    await trio.sleep(wait)
+                    continue
             except Exception as exc:  # any failure of a source counts; it is retried
                 error = _describe(exc)
+            else:
+                # An answer of the wrong shape is not retried: asking again gives the same.
+                where = f"lookup of {self.spec.name!r} (table {self.spec.table!r})"
+                try:
+                    return conform(raw, self.schema, where, rows_ok=True), None
+                except DataSourceError as exc:
+                    return None, f"lookup {bind} gave a bad answer: {exc}"
             if attempt < self.spec.retries:
                 self.stats.retries += 1
                 log.debug("lookup retry", am=self.spec.name, bind=bind, error=error)
                 await trio.sleep(self.spec.backoff * 2**attempt)
+            attempt += 1
         return None, f"lookup {bind} failed after {self.spec.retries + 1} attempts: {error}"
 
     def _matching(self, done: list[tuple[_Lookup, pa.Table]], eot: Eot) -> pa.Table | None:

@@ -118,7 +118,8 @@ class ScanAM:
         batches = self.source.open_batches(self.batch_size)
         while True:
             try:
-                batch = await trio.to_thread.run_sync(next, batches, None)
+                # abandoned on cancel: a stopped query does not wait for a slow read
+                batch = await trio.to_thread.run_sync(next, batches, None, abandon_on_cancel=True)
             except (OSError, ValueError) as exc:
                 raise DataSourceError(f"reading table {self.source.name!r} failed: {exc}") from exc
             if batch is None:

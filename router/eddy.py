@@ -51,6 +51,14 @@ log = structlog.get_logger("eddies.router")
 MAX_WAITING_FOR_LOOKUPS = 65536
 
 
+class _ModuleEnded(Exception):
+    """A module's input queue is closed: its task has ended (see :meth:`Eddy.run`)."""
+
+    def __init__(self, module: str) -> None:
+        super().__init__(module)
+        self.module = module
+
+
 @dataclass
 class Source:
     """A scan AM as the eddy sees it: its admission semaphore and its rank.
@@ -159,6 +167,15 @@ class Eddy:
                     self._accept(await inbox.receive())
                     continue
                 await trio.lowlevel.checkpoint()  # let the modules and scans run
+        except _ModuleEnded as ended:
+            # A module's queue closes only when its task ends: cancelled (LIMIT stopped the
+            # query, or the caller left) or failed, which cancels the query's nursery. A
+            # message taken just before that cancel let the eddy route on synchronously; it
+            # must end by the same cancel, not add a BrokenResourceError of its own.
+            await trio.lowlevel.checkpoint()
+            raise RuntimeError(
+                f"module {ended.module!r} ended while the eddy still routed to it"
+            ) from None
         finally:
             for queue in {id(q): q for q in self.queues}.values():
                 queue.close()
@@ -428,7 +445,10 @@ class Eddy:
         if self.checker is not None:
             self.checker.check_route(batch, destination)
         edge = entry.edge_of(destination)
-        self.queues[destination].send_nowait(Work(destination, batch, edge))
+        try:
+            self.queues[destination].send_nowait(Work(destination, batch, edge))
+        except trio.BrokenResourceError:
+            raise _ModuleEnded(self.routing_table.destinations[destination].module) from None
         self._in_flight += 1
         n = len(batch)
         self.policy.on_routed(destination, n)

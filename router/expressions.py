@@ -212,7 +212,8 @@ async def evaluate_async(expr: Expr, env: Env, n: int) -> pa.Array:
     """Evaluate with UDFs: each UDF call (innermost first) is computed, then bound into env.
 
     Sync UDFs run in a worker thread (``trio.to_thread``) so an expensive predicate does
-    not stall the eddy; async ones are awaited on the trio thread.
+    not stall the eddy, and are abandoned (left to finish unobserved) when the query is
+    cancelled; async ones are awaited on the trio thread.
     """
     calls = expr.udf_calls()
     if calls:
@@ -222,7 +223,11 @@ async def evaluate_async(expr: Expr, env: Env, n: int) -> pa.Array:
             if call.spec.is_async:
                 env[call] = await call.compute_async(args, n)
             else:
-                env[call] = await trio.to_thread.run_sync(call.compute_sync, args, n)
+                # A cancel (a deadline, SIGINT, LIMIT) must not wait for a slow function:
+                # the thread is abandoned and its result dropped when it ends.
+                env[call] = await trio.to_thread.run_sync(
+                    call.compute_sync, args, n, abandon_on_cancel=True
+                )
     return evaluate(expr, env, n)
 
 
