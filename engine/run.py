@@ -10,12 +10,11 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
 
 import trio
 
 from eddies.engine.commit_points import CommitPoints
-from eddies.engine.errors import EddiesError
+from eddies.engine.options import RunOptions
 from eddies.engine.planner import Plan
 from eddies.modules.base import Module
 from eddies.modules.index_am import IndexAM
@@ -26,7 +25,7 @@ from eddies.modules.stem import BuildClock, SteM
 from eddies.modules.window import StreamClock
 from eddies.router.constraints import ConstraintChecker
 from eddies.router.eddy import Eddy, Source
-from eddies.router.policies import POLICIES, make_policy
+from eddies.router.policies import make_policy
 from eddies.router.routing_table import RoutingTable
 from eddies.router.stats import LookupStats, RunStats
 
@@ -39,31 +38,6 @@ DEFAULT_BATCH_SIZE = 32768
 DEFAULT_QUEUE_CAPACITY = 4
 #: Source batches admitted into the eddy ahead of routing, per scan AM.
 SOURCE_BUFFER_PER_SCAN = 2
-
-
-@dataclass(frozen=True)
-class RunOptions:
-    """How to run a query; see :func:`eddies.engine.execute` for the meaning of each."""
-
-    policy: str = "lottery"
-    batch_size: int | None = None
-    seed: int | None = None
-    debug: bool = False
-    order: tuple[str, ...] | None = None
-    window: float | None = None
-    queue_capacity: int | None = None
-
-    def __post_init__(self) -> None:
-        if self.policy not in POLICIES:
-            raise EddiesError(
-                f"unknown routing policy {self.policy!r}; choose one of {', '.join(POLICIES)}"
-            )
-        if self.batch_size is not None and (
-            not isinstance(self.batch_size, int) or self.batch_size < 1
-        ):
-            raise EddiesError(f"batch_size must be a positive integer, got {self.batch_size!r}")
-        if self.queue_capacity is not None and self.queue_capacity < 1:
-            raise EddiesError(f"queue_capacity must be >= 1, got {self.queue_capacity!r}")
 
 
 def seed_scheduler(seed: int) -> None:
