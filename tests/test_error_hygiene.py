@@ -87,7 +87,7 @@ def test_failing_udf_is_exactly_udf_error_under_every_schedule(kind):
                     try:
                         execute(sql, cat, seed=seed, policy=policy, batch_size=batch_size)
                         outcome = "no error"
-                    except Exception as exc:  # noqa: BLE001 - counting what arrives
+                    except Exception as exc:
                         outcome = type(exc).__name__
                     outcomes[outcome] = outcomes.get(outcome, 0) + 1
     assert set(outcomes) == {"UdfError"}, outcomes
