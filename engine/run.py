@@ -26,7 +26,7 @@ from eddies.modules.window import StreamClock
 from eddies.router.constraints import ConstraintChecker
 from eddies.router.eddy import Eddy, Source
 from eddies.router.policies import make_policy
-from eddies.router.routing_table import RoutingTable
+from eddies.router.routing_table import DestinationKind, RoutingTable
 from eddies.router.stats import LookupStats, RunStats
 
 #: Rows per scan batch when neither the query nor the table sets one: large enough that
@@ -91,8 +91,8 @@ async def run_plan(
     modules: dict[str, Module] = {}
     for table in graph.stem_tables:
         dests = [d for d in plan.destinations if d.table == table]
-        build = next(d.id for d in dests if d.kind == "build")
-        probes = {d.id: d.target_alias for d in dests if d.kind == "probe"}
+        build = next(d.id for d in dests if d.kind is DestinationKind.BUILD)
+        probes = {d.id: d.target_alias for d in dests if d.kind is DestinationKind.PROBE}
         modules[f"stem:{table}"] = SteM(
             table,
             graph,

@@ -40,7 +40,7 @@ import numpy as np
 
 from eddies.engine.errors import EddiesError
 from eddies.router.access_choice import AccessChooser
-from eddies.router.routing_table import Destination, RouteEntry
+from eddies.router.routing_table import Destination, DestinationKind, RouteEntry
 
 POLICIES = ("static", "random", "naive", "lottery", "lottery-window")
 
@@ -58,9 +58,11 @@ class RoutingPolicy:
         self.rng = rng
         capacity = {d.id: d.max_batch for d in destinations if d.max_batch is not None}
         self.access = AccessChooser(rng, capacity=capacity)
-        probes = {d.target_alias: d.id for d in destinations if d.kind == "probe"}
+        probes = {d.target_alias: d.id for d in destinations if d.kind is DestinationKind.PROBE}
         # An index AM's answers also count for the SteM probe that sent it prior probers.
-        self.credit_to = {d.id: probes[d.target_alias] for d in destinations if d.kind == "lookup"}
+        self.credit_to = {
+            d.id: probes[d.target_alias] for d in destinations if d.kind is DestinationKind.LOOKUP
+        }
 
     def choose(self, entry: RouteEntry, n: int, has_room: HasRoom) -> Choice:
         raise NotImplementedError  # pragma: no cover
