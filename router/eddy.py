@@ -88,6 +88,7 @@ class Eddy:
         checker: ConstraintChecker | None = None,
         scanned: dict[str, trio.Event] | None = None,
         stems: dict | None = None,
+        on_idle: Callable[[], None] | None = None,
     ) -> None:
         self.routing_table = routing_table
         self.policy = policy
@@ -125,7 +126,7 @@ class Eddy:
         }
         # Continuous queries: called whenever the eddy may have become idle, and when it
         # ends (see eddies.engine.commit_points); ``ended`` is then True.
-        self.on_idle: Callable[[], None] | None = None
+        self.on_idle = on_idle
         self.ended = False
         self._inbox: trio.MemoryReceiveChannel | None = None
 
