@@ -209,7 +209,8 @@ def _check_sql(sql: Any) -> str:
 
 
 def _check_catalog(catalog: Any) -> Catalog:
-    if not isinstance(catalog, Catalog):
+    # Duck-typed, as the planner reads it (the partitioned runner passes a view of one).
+    if not all(hasattr(catalog, a) for a in ("has_table", "table", "functions")):
         raise EddiesError(
             f"the catalog must be an eddies Catalog, got {type(catalog).__name__} "
             "(add tables with Catalog().add_table(name, data))"
