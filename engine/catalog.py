@@ -328,6 +328,15 @@ class Catalog:
         key = _check_name(name, "function", UdfError)
         if not callable(fn):
             raise UdfError(f"function {name!r}: {fn!r} is not callable")
+        if not isinstance(vectorized, bool):
+            raise UdfError(
+                f"function {name!r}: vectorized must be True or False, got {vectorized!r}"
+            )
+        if return_type is not None and not isinstance(return_type, pa.DataType):
+            raise UdfError(
+                f"function {name!r}: return_type must be a pyarrow DataType such as "
+                f"pa.int64(), got {return_type!r}"
+            )
         self._functions[key] = FunctionSpec(key, fn, vectorized, return_type or pa.bool_())
 
     def table(self, name: str) -> CatalogTable:
@@ -363,6 +372,7 @@ class Catalog:
     def _entry(self, name: str, schema: pa.Schema, key: Sequence[str] | None) -> CatalogTable:
         """The table ``name`` (a new, not yet registered one if unknown), after checking
         that an AM with ``schema`` and ``key`` may join it; DataSourceError if not."""
+        _check_unique_columns(name, schema)
         key_columns = _columns(name, schema, key, "key") if key is not None else None
         entry = self._tables.get(name)
         if entry is None:
@@ -429,6 +439,22 @@ def _columns(
             )
         out.append(actual)
     return tuple(out)
+
+
+def _check_unique_columns(table: str, schema: pa.Schema) -> None:
+    """DataSourceError if two columns of ``schema`` have the same name. SQL names are
+    case-insensitive (as in DuckDB), so ``A`` and ``a`` are the same name: a query could not
+    tell them apart."""
+    seen: dict[str, str] = {}
+    for column in schema.names:
+        first = seen.get(column.lower())
+        seen.setdefault(column.lower(), column)
+        if first is not None:
+            same = f"{first!r} and {column!r}" if first != column else f"{column!r} twice"
+            raise DataSourceError(
+                f"table {table!r}: duplicate column name: it has {same} (column names are "
+                "case-insensitive); rename one before adding the table"
+            )
 
 
 def _same_schema(a: pa.Schema, b: pa.Schema) -> bool:

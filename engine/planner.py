@@ -39,8 +39,15 @@ from eddies.engine.errors import (
 from eddies.engine.sql import QueryBlock, parse_query
 from eddies.modules.key_encoding import common_kind, key_kind, wider_kind
 from eddies.router.expressions import ColumnRef, Expr, FunctionSpec, check_types
-from eddies.router.query_graph import AccessInfo, AliasInfo, Edge, Predicate, QueryGraph
-from eddies.router.routing_table import Destination
+from eddies.router.query_graph import (
+    AccessInfo,
+    AccessKind,
+    AliasInfo,
+    Edge,
+    Predicate,
+    QueryGraph,
+)
+from eddies.router.routing_table import Destination, DestinationKind
 
 #: Probe tuples per Work sent to an index AM: a few lookups' worth per lookup slot, so the
 #: AM always has work queued, yet a big batch is spread over Works that the access chooser
@@ -269,10 +276,12 @@ def _access_methods(tables: dict[str, CatalogTable]) -> list[AccessInfo]:
     access: list[AccessInfo] = []
     for name, table in tables.items():
         for scan in table.scans:
-            access.append(AccessInfo(len(access), scan.access_name or name, name, "scan"))
+            access.append(AccessInfo(len(access), scan.access_name or name, name, AccessKind.SCAN))
         for index in table.indexes:
             access.append(
-                AccessInfo(len(access), index.name, name, "index", index.on, index.max_concurrency)
+                AccessInfo(
+                    len(access), index.name, name, AccessKind.INDEX, index.on, index.max_concurrency
+                )
             )
     return access
 
@@ -390,10 +399,12 @@ def _destinations(graph: QueryGraph) -> list[Destination]:
     dests: list[Destination] = []
     for table in graph.stem_tables:
         dests.append(
-            Destination(len(dests), f"build:{table}", "build", f"stem:{table}", table=table)
+            Destination(
+                len(dests), f"build:{table}", DestinationKind.BUILD, f"stem:{table}", table=table
+            )
         )
     for p in graph.predicates:
-        dests.append(Destination(len(dests), p.name, "sm", p.name, predicate=p.index))
+        dests.append(Destination(len(dests), p.name, DestinationKind.SM, p.name, predicate=p.index))
     if graph.stem_tables:
         for a in graph.aliases:
             if a.table not in graph.stem_tables:
@@ -402,7 +413,7 @@ def _destinations(graph: QueryGraph) -> list[Destination]:
                 Destination(
                     len(dests),
                     f"probe:{a.name}",
-                    "probe",
+                    DestinationKind.PROBE,
                     f"stem:{a.table}",
                     table=a.table,
                     target_alias=a.index,
@@ -414,7 +425,7 @@ def _destinations(graph: QueryGraph) -> list[Destination]:
                     Destination(
                         len(dests),
                         f"lookup:{am.name}@{a.name}",
-                        "lookup",
+                        DestinationKind.LOOKUP,
                         f"am:{am.name}",
                         table=a.table,
                         target_alias=a.index,
@@ -422,7 +433,7 @@ def _destinations(graph: QueryGraph) -> list[Destination]:
                         max_batch=max(LOOKUP_WORK_MIN, LOOKUP_WORK_PER_LOOKUP * am.max_concurrency),
                     )
                 )
-    dests.append(Destination(len(dests), "output", "output", "output"))
+    dests.append(Destination(len(dests), "output", DestinationKind.OUTPUT, "output"))
     return dests
 
 

@@ -26,6 +26,7 @@ import trio
 from eddies.engine.api import QueryResults, open_query
 from eddies.engine.catalog import Catalog
 from eddies.engine.errors import EddiesError
+from eddies.engine.options import RunOptions, check_timeout
 from eddies.engine.sinks import FINAL, Sink
 from eddies.router.stats import RunStats
 from eddies.sources.stream import StreamTable
@@ -55,8 +56,9 @@ class BackgroundQuery:
 
     on_batch: called with each result RecordBatch as it is produced; sink: receives the
     results in increments, one per :meth:`commit` (and a last one tagged ``"final"``);
-    neither: results are collected for :meth:`result`. options: as for
-    :func:`eddies.engine.run_query`. Raises EddiesError when given both.
+    neither: results are collected for :meth:`result`. options (or keywords): the
+    :class:`~eddies.engine.options.RunOptions`. Raises EddiesError when given both, or for
+    a bad option, in the caller's thread before the query's thread starts.
     """
 
     def __init__(
@@ -66,10 +68,12 @@ class BackgroundQuery:
         *,
         on_batch: Callable[[pa.RecordBatch], Any] | None = None,
         sink: Sink | None = None,
-        **options: Any,
+        options: RunOptions | None = None,
+        **kwargs: Any,
     ) -> None:
         if on_batch is not None and sink is not None:
             raise EddiesError("give BackgroundQuery on_batch or sink, not both")
+        options = RunOptions.from_kwargs(options, **kwargs)  # bad options fail here, now
         self.sql = sql
         self.sink = sink
         self.stats: RunStats | None = None
@@ -100,7 +104,7 @@ class BackgroundQuery:
             self._started.set()  # a query that failed to start must not leave commit() waiting
 
     async def _main(self) -> None:
-        async with open_query(self.sql, self._catalog, **self._options) as results:
+        async with open_query(self.sql, self._catalog, options=self._options) as results:
             self._schema = results.schema
             self.stats = results.stats
             # With a sink, the batches since the last commit wait in the results.
@@ -135,6 +139,7 @@ class BackgroundQuery:
         the number of result rows in this increment. Raises EddiesError when the query has
         ended (its error, if it failed) or did not start within ``timeout`` seconds.
         """
+        timeout = check_timeout("timeout", timeout)
         if not self._started.wait(START_TIMEOUT if timeout is None else timeout):
             raise EddiesError("the query did not start in time")
         results, token = self._results, self._token
@@ -159,7 +164,7 @@ class BackgroundQuery:
         Raises the query's EddiesError, or EddiesError if it is still running after
         ``timeout`` seconds.
         """
-        self._thread.join(timeout)
+        self._thread.join(check_timeout("timeout", timeout))
         if self._thread.is_alive():
             raise EddiesError(f"the query is still running after {timeout} s")
         if self._error is not None:

@@ -39,6 +39,7 @@ class Module:
         self, inbox: trio.MemoryReceiveChannel, to_eddy: trio.MemorySendChannel
     ) -> None:
         self._to_eddy = to_eddy
+        ended = False
         try:
             async for work in inbox:
                 started = time.perf_counter()
@@ -46,11 +47,27 @@ class Module:
                 busy = time.perf_counter() - started
                 await to_eddy.send(Returned(work.destination, outputs, len(work.batch), busy))
             await self.close()
+            ended = True
         finally:
-            # Closed without a checkpoint (unlike ``async with``), so an error raised here
-            # is not replaced by the Cancelled that it causes in the other tasks.
-            inbox.close()
-            to_eddy.close()
+            close_channels(inbox, to_eddy, ended)
+
+
+def close_channels(
+    inbox: trio.MemoryReceiveChannel, to_eddy: trio.MemorySendChannel, ended: bool
+) -> None:
+    """Close a module's channels as its serve loop ends, without a checkpoint (unlike
+    ``async with``), so an error raised here is not replaced by the Cancelled that it
+    causes in the other tasks.
+
+    The inbox is closed only when the module ended normally (the eddy had closed it).
+    After a failure, or a cancellation caused by another task's failure, it stays open:
+    the eddy places Work with ``send_nowait`` and learns of the failure only at its next
+    checkpoint; a closed inbox would make that send raise BrokenResourceError beside the
+    real error, and the query would end in an exception group instead of with its error.
+    """
+    if ended:
+        inbox.close()
+    to_eddy.close()
 
 
 def gather_columns(

@@ -47,7 +47,7 @@ import structlog
 import trio
 
 from eddies.engine.errors import DataSourceError
-from eddies.modules.base import Module
+from eddies.modules.base import Module, close_channels
 from eddies.modules.key_set import KeySet, bind_columns
 from eddies.router.messages import AccessFailed, Returned, Work
 from eddies.router.query_graph import AccessInfo, QueryGraph
@@ -131,6 +131,7 @@ class IndexAM(Module):
         self._to_eddy = to_eddy
         queue_in, queue_out = trio.open_memory_channel[_Lookup](float("inf"))
         self._queue = queue_in
+        ended = False
         try:
             async with contextlib.AsyncExitStack() as stack:
                 lookup = await self._open(stack)
@@ -150,9 +151,9 @@ class IndexAM(Module):
                         self._accept(work, nursery)
                     # The eddy closes the queue only when nothing is in flight: we are done.
                     nursery.cancel_scope.cancel()
-        finally:  # closed without a checkpoint: see Module.serve
-            inbox.close()
-            to_eddy.close()
+            ended = True
+        finally:
+            close_channels(inbox, to_eddy, ended)
 
     async def _open(self, stack: contextlib.AsyncExitStack) -> Callable | None:
         """The lookup function, opening the AM's session (e.g. an HTTP client) if any."""

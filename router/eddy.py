@@ -40,7 +40,7 @@ from eddies.engine.errors import DataSourceError
 from eddies.router.constraints import ConstraintChecker
 from eddies.router.messages import AccessFailed, Returned, SourceBatch, SourceDone, Work
 from eddies.router.policies import RoutingPolicy
-from eddies.router.routing_table import RoutingTable
+from eddies.router.routing_table import DestinationKind, RoutingTable
 from eddies.router.stats import RunStats
 from eddies.router.tuple_batch import TupleBatch
 
@@ -96,6 +96,7 @@ class Eddy:
         checker: ConstraintChecker | None = None,
         scanned: dict[str, trio.Event] | None = None,
         stems: dict | None = None,
+        on_idle: Callable[[], None] | None = None,
     ) -> None:
         self.routing_table = routing_table
         self.policy = policy
@@ -126,12 +127,14 @@ class Eddy:
         self._unbuilt: dict[str, int] = {}  # per table: delivered tuples not built yet
         self._scan_done: set[str] = set()
         self._build_tables = {
-            d.id: d.table for d in routing_table.destinations if d.kind == "build"
+            d.id: d.table for d in routing_table.destinations if d.kind is DestinationKind.BUILD
         }
-        self._lookups = {d.id for d in routing_table.destinations if d.kind == "lookup"}
+        self._lookups = {
+            d.id for d in routing_table.destinations if d.kind is DestinationKind.LOOKUP
+        }
         # Continuous queries: called whenever the eddy may have become idle, and when it
         # ends (see eddies.engine.commit_points); ``ended`` is then True.
-        self.on_idle: Callable[[], None] | None = None
+        self.on_idle = on_idle
         self.ended = False
         self._inbox: trio.MemoryReceiveChannel | None = None
 

@@ -142,7 +142,7 @@ class UdfCall(Expr):
             arr = result if isinstance(result, pa.Array) else pa.array(result)
             if arr.type != self.spec.return_type:
                 arr = arr.cast(self.spec.return_type)
-        except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, ValueError) as exc:
+        except (pa.ArrowException, TypeError, ValueError, OverflowError) as exc:
             raise UdfError(
                 f"function {self.spec.name!r} in {self.sql} returned a value that is not "
                 f"an array of {self.spec.return_type}: {exc}"

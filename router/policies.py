@@ -40,7 +40,7 @@ import numpy as np
 
 from eddies.engine.errors import EddiesError
 from eddies.router.access_choice import AccessChooser
-from eddies.router.routing_table import Destination, RouteEntry
+from eddies.router.routing_table import Destination, DestinationKind, RouteEntry
 
 POLICIES = ("static", "random", "naive", "lottery", "lottery-window")
 
@@ -58,9 +58,11 @@ class RoutingPolicy:
         self.rng = rng
         capacity = {d.id: d.max_batch for d in destinations if d.max_batch is not None}
         self.access = AccessChooser(rng, capacity=capacity)
-        probes = {d.target_alias: d.id for d in destinations if d.kind == "probe"}
+        probes = {d.target_alias: d.id for d in destinations if d.kind is DestinationKind.PROBE}
         # An index AM's answers also count for the SteM probe that sent it prior probers.
-        self.credit_to = {d.id: probes[d.target_alias] for d in destinations if d.kind == "lookup"}
+        self.credit_to = {
+            d.id: probes[d.target_alias] for d in destinations if d.kind is DestinationKind.LOOKUP
+        }
 
     def choose(self, entry: RouteEntry, n: int, has_room: HasRoom) -> Choice:
         raise NotImplementedError  # pragma: no cover
@@ -231,11 +233,8 @@ def make_policy(
     window: float | None = None,
 ) -> RoutingPolicy:
     """Build a policy by name (one of :data:`POLICIES`); EddiesError for a bad name/option."""
+    check_policy_options(name, order, window)
     rng = np.random.default_rng(seed)
-    if order is not None and name != "static":
-        raise EddiesError(f"'order' applies to policy='static' only, not {name!r}")
-    if window is not None and name != "lottery-window":
-        raise EddiesError(f"'window' applies to policy='lottery-window' only, not {name!r}")
     if name == "static":
         return StaticPolicy(destinations, rng, order)
     if name == "random":
@@ -246,4 +245,16 @@ def make_policy(
         return LotteryPolicy(destinations, rng)
     if name == "lottery-window":
         return WindowedLotteryPolicy(destinations, rng, window if window is not None else 0.25)
-    raise EddiesError(f"unknown routing policy {name!r}; choose one of {', '.join(POLICIES)}")
+    raise AssertionError(name)  # pragma: no cover - check_policy_options knows POLICIES
+
+
+def check_policy_options(name: str, order: Sequence[str] | None, window: float | None) -> None:
+    """EddiesError unless ``name`` is one of :data:`POLICIES` and ``order``/``window`` are
+    given only to the policy that uses them: checked by the engine's RunOptions at the API
+    edge, and by :func:`make_policy` for its own callers."""
+    if name not in POLICIES:
+        raise EddiesError(f"unknown routing policy {name!r}; choose one of {', '.join(POLICIES)}")
+    if order is not None and name != "static":
+        raise EddiesError(f"'order' applies to policy='static' only, not {name!r}")
+    if window is not None and name != "lottery-window":
+        raise EddiesError(f"'window' applies to policy='lottery-window' only, not {name!r}")

@@ -83,7 +83,7 @@ class RunStats:
 
     def __post_init__(self) -> None:
         for d in self.destinations:
-            self.modules[d.name] = ModuleStats(d.name, d.kind)
+            self.modules[d.name] = ModuleStats(d.name, d.kind.value)
 
     def module(self, name: str, kind: str) -> ModuleStats:
         found = self.modules.get(name)

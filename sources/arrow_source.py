@@ -9,10 +9,12 @@ shape delivery for experiments on slow or bursty sources.
 
 from __future__ import annotations
 
+import math
 import os
 import pathlib
 from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
+from numbers import Integral, Real
 from typing import Any
 
 import pyarrow as pa
@@ -169,6 +171,11 @@ def _is_parquet(path: pathlib.Path) -> bool:
     return path.suffix.lower() in (".parquet", ".pq")
 
 
+def _number(value: Any) -> bool:
+    """A finite real number that is not a bool."""
+    return isinstance(value, Real) and not isinstance(value, bool) and math.isfinite(value)
+
+
 def make_source(
     name: str,
     data: Any,
@@ -178,12 +185,16 @@ def make_source(
     delay: float = 0.0,
 ) -> TableSource:
     """Normalize ``data`` into a :class:`TableSource`; DataSourceError if it cannot be used."""
-    if rate is not None and not rate > 0:
-        raise DataSourceError(f"table {name!r}: rate must be > 0 rows/second, got {rate}")
-    if delay < 0:
-        raise DataSourceError(f"table {name!r}: delay must be >= 0 seconds, got {delay}")
-    if batch_size is not None and batch_size < 1:
-        raise DataSourceError(f"table {name!r}: batch_size must be >= 1, got {batch_size}")
+    if rate is not None and not (_number(rate) and rate > 0):
+        raise DataSourceError(f"table {name!r}: rate must be > 0 rows/second, got {rate!r}")
+    if not (_number(delay) and delay >= 0):
+        raise DataSourceError(f"table {name!r}: delay must be >= 0 seconds, got {delay!r}")
+    if batch_size is not None and not (
+        isinstance(batch_size, Integral) and not isinstance(batch_size, bool) and batch_size >= 1
+    ):
+        raise DataSourceError(
+            f"table {name!r}: batch_size must be a positive integer, got {batch_size!r}"
+        )
     options = {"batch_size": batch_size, "rate": rate, "delay": delay}
     if isinstance(data, pa.RecordBatch):
         data = pa.Table.from_batches([data])
@@ -195,7 +206,8 @@ def make_source(
     if _is_pandas(data):
         try:
             table = pa.Table.from_pandas(data, preserve_index=False)
-        except (pa.ArrowInvalid, pa.ArrowTypeError) as exc:
+        except (pa.ArrowInvalid, pa.ArrowTypeError, ValueError) as exc:  # ValueError: a
+            # duplicate column name
             raise DataSourceError(f"table {name!r}: cannot convert the DataFrame: {exc}") from exc
         table = _plain_table(table)
         return TableSource(name, table.schema, table=table, **options)
