@@ -262,6 +262,7 @@ class Catalog:
         backoff: float = DEFAULT_BACKOFF,
         page_size: int = 10_000,
         access_name: str | None = None,
+        max_response_bytes: int | None = None,
     ) -> None:
         """Add the AMs of one REST mirror of a table (protocol: ``docs/web_sources.md``).
 
@@ -271,8 +272,11 @@ class Catalog:
         by those columns. Call it once per mirror: the mirrors' AMs compete, and when one
         times out, answers 5xx or drops connections past its retries, the eddy fails over
         to the others. access_name defaults to ``<table>.<host>-<port>``.
+        ``max_response_bytes`` caps one answer's body (default
+        :data:`eddies.sources.web.MAX_RESPONSE_BYTES`, 64 MiB): a larger answer fails the
+        request with a DataSourceError naming the URL and the cap.
         """
-        from eddies.sources.web import WebTable  # httpx is only needed for web tables
+        from eddies.sources.web import MAX_RESPONSE_BYTES, WebTable  # httpx: web tables only
 
         key_name = _check_name(name, "table", DataSourceError)
         remote = WebTable(
@@ -283,6 +287,9 @@ class Catalog:
             retries=retries,
             backoff=backoff,
             page_size=page_size,
+            max_response_bytes=MAX_RESPONSE_BYTES
+            if max_response_bytes is None
+            else max_response_bytes,
         )
         schema, key = remote.describe()
         base = access_name or f"{key_name}.{_host_of(url)}"

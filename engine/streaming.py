@@ -35,6 +35,12 @@ from eddies.sources.stream import StreamTable
 START_TIMEOUT = 300.0
 
 
+def _fail_streams(sql: str, catalog: Catalog, error: BaseException) -> None:
+    """Every stream ``sql`` would read raises ``error`` on its next (or a waiting) push."""
+    for stream in _streams_of(sql, catalog):
+        stream.query_failed(error)
+
+
 def _streams_of(sql: str, catalog: Catalog) -> list[StreamTable]:
     """The stream tables ``sql`` names; if it cannot even be parsed, every stream of the
     catalog that no query reads (one of them may be waiting for this query)."""
@@ -71,9 +77,13 @@ class BackgroundQuery:
         options: RunOptions | None = None,
         **kwargs: Any,
     ) -> None:
-        if on_batch is not None and sink is not None:
-            raise EddiesError("give BackgroundQuery on_batch or sink, not both")
-        options = RunOptions.from_kwargs(options, **kwargs)  # bad options fail here, now
+        try:  # bad arguments fail here, now, and fail the streams the query would read
+            if on_batch is not None and sink is not None:
+                raise EddiesError("give BackgroundQuery on_batch or sink, not both")
+            options = RunOptions.from_kwargs(options, **kwargs)
+        except EddiesError as exc:
+            _fail_streams(sql, catalog, exc)
+            raise
         self.sql = sql
         self.sink = sink
         self.stats: RunStats | None = None
@@ -97,8 +107,7 @@ class BackgroundQuery:
             # Its producers must not wait for a query that failed, even one that never
             # started reading its streams (a planning error, a bad option). Before the
             # error is published: whoever sees it then sees the streams failed too.
-            for stream in _streams_of(self.sql, self._catalog):
-                stream.query_failed(exc)
+            _fail_streams(self.sql, self._catalog, exc)
             self._error = exc
         finally:
             self._started.set()  # a query that failed to start must not leave commit() waiting

@@ -38,7 +38,7 @@ import pyarrow.compute as pc
 import trio
 
 from eddies.engine.errors import DataSourceError
-from eddies.sources.arrow_source import RETRY_AFTER_CAP, Throttled
+from eddies.sources.arrow_source import RETRY_AFTER_CAP, Throttled, check_row_keys
 
 __all__ = [
     "ARROW_STREAM",
@@ -138,9 +138,12 @@ def _from_wire(column: pa.ChunkedArray, type_: pa.DataType) -> pa.ChunkedArray:
 def decode_json_rows(rows: list[dict[str, Any]], schema: pa.Schema) -> pa.Table:
     """JSON rows (as :func:`encode_json_rows` writes them) back into a table of ``schema``.
 
-    Missing keys become NULL, unknown keys are ignored. Raises ``pa.ArrowInvalid`` /
-    ``pa.ArrowTypeError`` when a value does not fit its column's type.
+    Every row must hold every column (NULL is an explicit ``null``): a missing or misspelt
+    key raises DataSourceError naming it, never a column of NULLs; unknown keys alone are
+    ignored. Raises ``pa.ArrowInvalid`` / ``pa.ArrowTypeError`` when a value does not fit
+    its column's type.
     """
+    check_row_keys(rows, schema.names, "JSON rows")
     wire = pa.schema([field.with_type(_wire_type(field.type)) for field in schema])
     table = pa.Table.from_pylist(rows, schema=wire)
     columns = [_from_wire(table.column(i), field.type) for i, field in enumerate(schema)]

@@ -19,12 +19,13 @@ import pyarrow.compute as pc
 import pytest
 import trio
 import trio.testing
+from servers import demo_server
 
 from eddies.engine import Catalog, open_query, run_query
 from eddies.engine.errors import DataSourceError, EddiesError
 from eddies.engine.streaming import BackgroundQuery
 from eddies.sources.demo_server import DemoServerConfig, DemoServerError, open_demo_server
-from eddies.sources.web import WebSourceError, WebTable
+from eddies.sources.web import WebSourceError, WebTable, decode_json_rows
 
 # ---------------------------------------------------------------------------------------
 # LIMIT over a table with two scan AMs: the eddy must not outlive its modules' queues
@@ -116,9 +117,8 @@ def test_a_push_into_a_stream_whose_query_failed_to_start_raises_its_error(sql, 
 
     thread = threading.Thread(target=producer, daemon=True)
     thread.start()  # waits for a query to read the stream
-    query = BackgroundQuery(sql, cat, **options)
-    with pytest.raises(EddiesError) as failed:
-        query.result(timeout=30.0)
+    with pytest.raises(EddiesError) as failed:  # a bad option fails at construction
+        BackgroundQuery(sql, cat, **options).result(timeout=30.0)
     thread.join(timeout=20.0)  # a hang guard only: the push must raise at once
     assert not thread.is_alive(), "push still waits for a query that failed"
     assert raised == [failed.value]
@@ -365,3 +365,23 @@ async def test_demo_server_pages_never_exceed_their_byte_budget(fmt):
 def test_demo_server_byte_budget_is_validated(bad):
     with pytest.raises(DemoServerError, match="max_page_bytes"):
         DemoServerConfig(max_page_bytes=bad)
+
+
+def test_json_rows_from_a_web_server_missing_a_column_raise():
+    # A server answering JSON rows without a column (or with it misspelt) used to give a
+    # column of NULLs silently; it is a bad answer, like a lookup's dicts above.
+    schema = pa.schema([("k", pa.int64()), ("v", pa.string())])
+    with pytest.raises(DataSourceError, match=r"lacks columns \['v'\].*unexpected keys \['w'\]"):
+        decode_json_rows([{"k": 1, "v": "a"}, {"k": 2, "w": "b"}], schema)
+    explicit_null = decode_json_rows([{"k": 1, "v": None}], schema)
+    assert explicit_null.to_pylist() == [{"k": 1, "v": None}]
+
+
+def test_add_web_table_passes_its_byte_cap_to_the_requests():
+    with demo_server({"planes": pa.table({"tailnum": ["N1"], "seats": [100]})}) as url:
+        cat = Catalog()
+        # The cap applies from the first request (describe): a tiny cap fails it, clearly.
+        with pytest.raises(DataSourceError, match="max_response_bytes=16"):
+            cat.add_web_table("planes", url, max_response_bytes=16)
+        cat.add_web_table("planes", url, max_response_bytes=2**20)
+        assert "planes" in cat.tables

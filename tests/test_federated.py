@@ -12,51 +12,21 @@ traffic is real. Checked against DuckDB over the same tables read locally:
 
 from __future__ import annotations
 
-import contextlib
-import threading
 import time
-from collections.abc import Iterator
 
 import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
-import trio
 from conftest import assert_same_bag
+from servers import demo_server
 
 from eddies.engine import Catalog, DataSourceError, run_query
-from eddies.sources.demo_server import DemoServerConfig, open_demo_server
 from eddies.sources.nycflights import load_table
 
 SQL = (
     "SELECT f.flight, f.tailnum, p.seats, p.manufacturer FROM flights f "
     "JOIN planes p ON f.tailnum = p.tailnum WHERE f.month = 1 AND f.carrier = 'B6'"
 )
-
-
-@contextlib.contextmanager
-def demo_server(tables: dict[str, pa.Table], **faults) -> Iterator[str]:
-    """A demo server in a thread of its own, for the duration of the block; yields its URL."""
-    started = threading.Event()
-    url: list[str] = []
-    stop: list = []
-
-    async def serve() -> None:
-        config = DemoServerConfig.from_flags(**faults)
-        async with open_demo_server(tables, {"planes": ["tailnum"]}, config) as handle:
-            url.append(handle.url)
-            stop.append((trio.lowlevel.current_trio_token(), trio.Event()))
-            started.set()
-            await stop[0][1].wait()
-
-    thread = threading.Thread(target=trio.run, args=(serve,), daemon=True)
-    thread.start()
-    assert started.wait(10), "demo server did not start"
-    try:
-        yield url[0]
-    finally:
-        token, done = stop[0]
-        trio.from_thread.run_sync(done.set, trio_token=token)
-        thread.join(10)
 
 
 @pytest.fixture(scope="module")
