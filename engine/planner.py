@@ -547,7 +547,10 @@ def _qualify(node: exp.Expression, scope: BaseScope) -> exp.Expression:
         if isinstance(n, exp.Column) and not isinstance(n.this, exp.Star):
             ref = scope.resolve(n)
             alias = scope.aliases[ref.key[0]].name
-            return exp.column(ref.key[1], table=alias, quoted=True)
+            column = exp.column(ref.key[1], table=alias, quoted=True)
+            if n.this._meta:  # keep the source position for error messages
+                column.this.meta.update(n.this.meta)
+            return column
         return n
 
     return node.transform(fix)
@@ -592,6 +595,9 @@ def _star_items(
     the first matching column and drops the others; a name that matches nothing, or is
     listed twice, is an error (as in DuckDB)."""
     columns = scope.star(qualifier)
+    if star._meta:  # errors about a column of * point at the *
+        for column in columns:
+            column.this.meta.update(star.meta)
     excluded: set[int] = set()
     seen: set[tuple[str, str]] = set()
     for entry in star.args.get("except_") or []:
@@ -666,7 +672,9 @@ def _resolve_alias(
             try:
                 scope.resolve(node)
                 is_column = True
-            except UnknownColumnError:
+            except UnknownColumnError as exc:
+                if not prefer_alias and "ambiguous" in str(exc):
+                    raise  # GROUP BY binds columns first: DuckDB refuses it too
                 is_column = False
             if prefer_alias or not is_column:
                 distinct = {_qualify(m, scope) for m in matches}

@@ -67,6 +67,12 @@ _NEEDS_OPERAND = {
     TokenType.OFFSET: "OFFSET count",
 }
 _DIRECTIONS = {TokenType.ASC, TokenType.DESC}
+_NO_ITEM_BEFORE = set(_NEEDS_OPERAND) | {
+    TokenType.COMMA,
+    TokenType.L_PAREN,
+    TokenType.DISTINCT,
+    TokenType.ALL,
+}
 _STATEMENT_WORDS = ["SELECT", "FROM", "WITH", "PIVOT", "UNPIVOT", "VALUES", "DESCRIBE"]
 
 #: Most tables (aliases) in FROM: a tuple's span is a bitmask kept in int64 route logs.
@@ -201,6 +207,24 @@ def _check_tokens(sql: str, tokens: list[Token]) -> None:
                 f"SQL syntax error {_at(sql, nxt.start)}: two commas in a row (an item is "
                 f"missing){_near(sql, token.start)}"
             )
+        prev = tokens[i - 1] if i > 0 else None
+        if kind == TokenType.COMMA and prev is not None and prev.token_type in _NO_ITEM_BEFORE:
+            raise SqlSyntaxError(
+                f"SQL syntax error {_at(sql, token.start)}: a comma with no item before it"
+                f"{_near(sql, prev.start)}"
+            )
+        if (
+            kind == TokenType.L_PAREN
+            and nxt is not None
+            and nxt.token_type == TokenType.R_PAREN
+            and prev is not None
+            and prev.text.upper() in ("EXCLUDE", "REPLACE", "USING", "IN")
+        ):
+            raise SqlSyntaxError(
+                f"SQL syntax error {_at(sql, token.start)}: an empty list after {prev.text.upper()}"
+            )
+        if kind == TokenType.NOT and nxt is not None and nxt.token_type == TokenType.IS:
+            raise SqlSyntaxError(f"SQL syntax error {_at(sql, token.start)}: NOT IS (write IS NOT)")
         if kind in _DIRECTIONS and nxt is not None and nxt.token_type in _DIRECTIONS:
             raise SqlSyntaxError(
                 f"SQL syntax error {_at(sql, nxt.start)}: {nxt.text.upper()} after "
@@ -286,6 +310,7 @@ def parse_query(sql: str, functions: Collection[str] = ()) -> QueryBlock:
                 f"SQL syntax error: the reserved word {ident.this!r} is used as a name "
                 f'{describe(ident).split(" ", 1)[1]} (quote it as "{ident.this}" if it is one)'
             )
+    _check_keywords(sql, tokens, root)
     validate(root, functions)
     if not isinstance(root, exp.Select):
         raise UnsupportedQueryError(f"only SELECT queries are supported, got {describe(root)}")
@@ -330,6 +355,45 @@ def parse_query(sql: str, functions: Collection[str] = ()) -> QueryBlock:
         offset=_int_clause(root.args.get("offset"), "OFFSET") or 0,
         joins=specs,
     )
+
+
+def _check_keywords(sql: str, tokens: list[Token], root: exp.Expression) -> None:
+    """Every keyword the tree implies was written: sqlglot fills in a missing THEN, the AND
+    of BETWEEN, or the AS of a REPLACE item, where DuckDB reports a syntax error."""
+    count: dict[TokenType, int] = {}
+    first: dict[TokenType, Token] = {}
+    for token in tokens:
+        count[token.token_type] = count.get(token.token_type, 0) + 1
+        first.setdefault(token.token_type, token)
+    cases = list(root.find_all(exp.Case))
+    whens = sum(len(c.args.get("ifs") or []) for c in cases)
+    implied = {
+        TokenType.AND: len(list(root.find_all(exp.And))) + len(list(root.find_all(exp.Between))),
+        TokenType.OR: len(list(root.find_all(exp.Or))),
+        TokenType.WHEN: whens,
+        TokenType.THEN: whens,
+        TokenType.ELSE: sum(1 for c in cases if c.args.get("default") is not None),
+        TokenType.END: len(cases),
+    }
+    for kind, expected in implied.items():
+        if count.get(kind, 0) != expected:
+            anchor = first.get(TokenType.BETWEEN if kind == TokenType.AND else TokenType.CASE)
+            anchor = anchor or first.get(kind) or tokens[0]
+            raise SqlSyntaxError(
+                f"SQL syntax error {_at(sql, anchor.start)}: {kind.name} is missing or "
+                f"misplaced{_near(sql, anchor.start)}"
+            )
+    starts = [t.start for t in tokens]
+    for star in root.find_all(exp.Star):
+        for item in star.args.get("replace") or []:
+            ident = item.args.get("alias") if isinstance(item, exp.Alias) else None
+            meta = ident.meta if ident is not None and ident._meta else {}
+            i = bisect_left(starts, int(meta.get("start", -1)))
+            if 0 < i < len(tokens) and tokens[i - 1].token_type != TokenType.ALIAS:
+                raise SqlSyntaxError(
+                    f"SQL syntax error {_at(sql, tokens[i].start)}: REPLACE items are "
+                    "'expression AS column' (AS is missing)"
+                )
 
 
 def _join_spec(sql: str, tokens: list[Token], join: exp.Join, index: int, group: int) -> JoinSpec:

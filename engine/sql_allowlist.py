@@ -206,6 +206,9 @@ _ARG_NAMES: dict[tuple[type[exp.Expression], str], str] = {
 MAX_EXPRESSION_DEPTH = 200
 
 
+_CLAUSES = (exp.Select, exp.Where, exp.Having, exp.Group, exp.Order, exp.Ordered, exp.Join)
+
+
 def node_name(node: exp.Expression) -> str:
     """A readable name for a node type, as used in error messages."""
     name = _NODE_NAMES.get(type(node))
@@ -261,9 +264,12 @@ def validate(root: exp.Expression, functions: Collection[str] = ()) -> None:
             else:
                 raise refuse(node, node_name(node))
         if depth > MAX_EXPRESSION_DEPTH:
+            top = node  # name the whole expression, not its deepest leaf
+            while top.parent is not None and not isinstance(top.parent, _CLAUSES):
+                top = top.parent
             raise UnsupportedQueryError(
                 f"the expression nests more than {MAX_EXPRESSION_DEPTH} levels deep: "
-                f"{describe(node)}"
+                f"{describe(top)}"
             )
         for key, value in node.args.items():
             if _empty(value):
