@@ -243,6 +243,32 @@ _BINARY: dict[type, Callable[[Any, Any], Any]] = {
 }
 
 
+def _chain(node: exp.And | exp.Or) -> list[exp.Expression]:
+    """The operands of an AND (OR) chain, in order, found without recursion: sqlglot builds
+    ``a OR b OR c ...`` left-deep, 5,000 levels for 5,000 terms."""
+    kind, out, stack = type(node), [], [node]
+    while stack:
+        current = stack.pop()
+        if type(current) is kind:
+            stack += [current.expression, current.this]
+        else:
+            out.append(current)
+    return out
+
+
+def _kleene_chain(kind: type) -> Callable[..., Any]:
+    """N-ary Kleene AND / OR: one Call over every operand of a chain."""
+    pair = _BINARY[kind]
+
+    def fn(*values: Any) -> Any:
+        out = values[0]
+        for v in values[1:]:
+            out = pair(out, v)
+        return out
+
+    return fn
+
+
 def _sql_type(node: exp.DataType) -> pa.DataType:
     t = node.this
     T = exp.DataType.Type
@@ -668,6 +694,8 @@ def _compile(node: exp.Expression, scope: Scope) -> Expr:
         if isinstance(node.expression, exp.Null):
             return Call(pc.is_null, [sub(node.this)], sql)
         raise UnsupportedQueryError(f"{describe(node)}: only IS [NOT] NULL is supported")
+    if isinstance(node, exp.And | exp.Or):
+        return Call(_kleene_chain(type(node)), [sub(o) for o in _chain(node)], sql)
     if type(node) in _BINARY:
         return Call(_BINARY[type(node)], [sub(node.this), sub(node.expression)], sql)
     if isinstance(node, exp.Between):
