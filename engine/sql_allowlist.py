@@ -75,6 +75,7 @@ ALLOWED: dict[type[exp.Expression], frozenset[str]] = {
     exp.In: frozenset({"this", "expressions"}),
     exp.Like: _NEGATABLE,
     exp.ILike: _NEGATABLE,
+    exp.Escape: _BINARY,  # [NOT] [I]LIKE ... ESCAPE 'c': compile.py checks its operands
     exp.Case: frozenset({"this", "ifs", "default"}),
     exp.If: frozenset({"this", "true", "false"}),
     exp.Cast: frozenset({"this", "to"}),
@@ -126,6 +127,7 @@ REQUIRED: dict[type[exp.Expression], frozenset[str]] = {
     exp.If: frozenset({"this", "true"}),
     exp.Cast: frozenset({"this", "to"}),
     exp.TryCast: frozenset({"this", "to"}),
+    exp.Escape: _BINARY,
 }
 
 #: Arguments whose values are restricted (compared upper-case).
@@ -146,7 +148,6 @@ _NODE_NAMES: dict[type[exp.Expression], str] = {
     exp.CTE: "a common table expression",
     exp.Pivot: "PIVOT / UNPIVOT",
     exp.TableSample: "USING SAMPLE / TABLESAMPLE",
-    exp.Escape: "LIKE ... ESCAPE",
     exp.Lateral: "LATERAL",
     exp.Unnest: "UNNEST",
     exp.Values: "VALUES",

@@ -62,7 +62,6 @@ UNSUPPORTED = [
     "SELECT DISTINCT ON (a) a, b FROM t",
     "SELECT min(a, 2) FROM t",
     "SELECT max(b, 1) FROM t",
-    "SELECT c FROM t WHERE c LIKE 'a!%' ESCAPE '!'",
     "SELECT COLUMNS('a|b') FROM t",
     "SELECT * RENAME (a AS z) FROM t",
     "SELECT a FROM t, LATERAL (SELECT a) s",

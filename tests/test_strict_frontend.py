@@ -131,7 +131,6 @@ REFUSED = [
         36,
     ),
     ("SELECT sum(a) OVER () FROM t", UnsupportedQueryError, ["window"], 1, 8),
-    ("SELECT a FROM t WHERE c LIKE 'x' ESCAPE '!'", UnsupportedQueryError, ["ESCAPE"], 1, 23),
     ("SELECT 1", UnsupportedQueryError, ["without FROM"], 1, 8),
     ("SELECT * FROM t AS x(p, q)", UnsupportedQueryError, ["column aliases"], 1, 22),
     ("SELECT DISTINCT ON (a) a FROM t", UnsupportedQueryError, ["DISTINCT ON"], 1, 21),
