@@ -16,7 +16,8 @@ queue, and a Work (a batch of probe tuples) is answered once every lookup it nee
 * Prior probers (ProbeCompletion, §3.4) end here: their remaining matches arrive as new
   singletons that find them in their SteMs. Tuples that came straight to the AM (the index
   join of a hybrid, §4.3) are bounced back marked ``looked`` and go on to the SteM.
-* Each lookup gets ``timeout`` seconds and ``retries`` retries with exponential backoff.
+* Each lookup gets ``timeout`` seconds and ``retries`` retries with exponential backoff
+  (:func:`eddies.router.calls.call_with_retries`, shared with per-row UDFs).
   When they are used up the AM fails: the eddy is told (:class:`AccessFailed`), every Work
   still here is handed back unchanged, and the eddy routes it to the table's other AMs
   (failover) — or fails the query naming the table, if none is left.
@@ -47,6 +48,7 @@ import trio
 
 from eddies.modules.base import Module
 from eddies.modules.key_set import KeySet, bind_columns
+from eddies.router.calls import CallFailed, call_with_retries, describe_exception
 from eddies.router.messages import AccessFailed, Returned, Work
 from eddies.router.query_graph import AccessInfo, QueryGraph
 from eddies.router.stats import LookupStats
@@ -156,7 +158,7 @@ class IndexAM(Module):
         try:
             return await stack.enter_async_context(self.spec.session())
         except Exception as exc:  # a source that cannot even connect has failed
-            await self._fail(f"opening the session failed: {_describe(exc)}")
+            await self._fail(f"opening the session failed: {describe_exception(exc)}")
             return None
 
     def _accept(self, work: Work, nursery: trio.Nursery) -> None:
@@ -253,26 +255,26 @@ class IndexAM(Module):
     async def _look_up(self, lookup_fn: Callable, key: tuple) -> tuple[pa.Table | None, str | None]:
         """One lookup with timeout and retries: (rows, None) or (None, error message)."""
         bind = dict(zip(self.spec.on, key, strict=True))
-        error = "no attempt"
-        for attempt in range(self.spec.retries + 1):
-            try:
-                if self.spec.timeout is None:
-                    raw = await lookup_fn(bind)
-                else:
-                    with trio.fail_after(self.spec.timeout):
-                        raw = await lookup_fn(bind)
-                return conform(
-                    raw, self.schema, f"lookup of {self.spec.name!r}", rows_ok=True
-                ), None
-            except trio.TooSlowError:
-                error = f"timed out after {self.spec.timeout} s"
-            except Exception as exc:  # any failure of a source counts; it is retried
-                error = _describe(exc)
-            if attempt < self.spec.retries:
-                self.stats.retries += 1
-                log.debug("lookup retry", am=self.spec.name, bind=bind, error=error)
-                await trio.sleep(self.spec.backoff * 2**attempt)
-        return None, f"lookup {bind} failed after {self.spec.retries + 1} attempts: {error}"
+
+        async def attempt() -> pa.Table:
+            raw = await lookup_fn(bind)
+            return conform(raw, self.schema, f"lookup of {self.spec.name!r}", rows_ok=True)
+
+        def on_retry(k: int, error: str) -> None:
+            self.stats.retries += 1
+            log.debug("lookup retry", am=self.spec.name, bind=bind, error=error)
+
+        try:
+            rows = await call_with_retries(
+                attempt,
+                timeout=self.spec.timeout,
+                retries=self.spec.retries,
+                backoff=self.spec.backoff,
+                on_retry=on_retry,
+            )
+        except CallFailed as failed:
+            return None, f"lookup {bind} failed after {failed.attempts} attempts: {failed.error}"
+        return rows, None
 
     def _matching(self, done: list[tuple[_Lookup, pa.Table]], eot: Eot) -> pa.Table | None:
         """The answers' rows whose bind columns equal their lookup's key (the EOT vouches
@@ -328,8 +330,3 @@ class IndexAM(Module):
             if not lookup.finished.is_set() and lookup not in (f[0] for f in self._finished):
                 lookup.failed = True
                 lookup.finished.set()
-
-
-def _describe(exc: BaseException) -> str:
-    text = str(exc)
-    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
