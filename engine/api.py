@@ -157,7 +157,7 @@ async def open_query(
     """
     plan = plan_query(sql, catalog)
     options = _options(policy, batch_size, seed, debug, order, window, queue_capacity)
-    stats = RunStats(plan.graph, plan.destinations)
+    stats = RunStats(plan.graph, plan.destinations, functions=plan.udf_stats)
     if seed is not None:
         seed_scheduler(seed)
     send, receive = trio.open_memory_channel(RESULT_BUFFER)
