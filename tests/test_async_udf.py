@@ -142,8 +142,8 @@ async def test_cache_is_per_query(autojump_clock):
     probe = Probe()
     cat = make_catalog(TABLES)
     cat.add_function("pick", as_async(probe), vectorized=False)
-    await run(SQL, cat)
-    await run(SQL, cat)
+    await run(ONLY_UDF, cat)
+    await run(ONLY_UDF, cat)
     assert set(probe.calls.values()) == {2}
 
 
