@@ -150,7 +150,7 @@ async def open_query(
     """
     options = RunOptions.from_kwargs(options, **kwargs)
     plan = plan_query(_check_sql(sql), _check_catalog(catalog))
-    stats = RunStats(plan.graph, plan.destinations)
+    stats = RunStats(plan.graph, plan.destinations, functions=plan.udf_stats)
     if options.seed is not None:
         seed_scheduler(options.seed)
     send, receive = trio.open_memory_channel(RESULT_BUFFER)

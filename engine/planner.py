@@ -48,6 +48,7 @@ from eddies.router.query_graph import (
     QueryGraph,
 )
 from eddies.router.routing_table import Destination, DestinationKind
+from eddies.router.udf_calls import UdfStats
 
 #: Probe tuples per Work sent to an index AM: a few lookups' worth per lookup slot, so the
 #: AM always has work queued, yet a big batch is spread over Works that the access chooser
@@ -190,6 +191,8 @@ class Plan:
     index_kinds: dict[str, dict[tuple[str, ...], tuple[str, ...]]]
     output_columns: list[tuple[int, str]]
     finalize: FinalizeSpec
+    # Per function the query calls: calls, cache hits, seconds waited (filled while it runs).
+    udf_stats: dict[str, UdfStats] = field(default_factory=dict)
 
 
 def plan_query(sql: str, catalog: Catalog) -> Plan:
@@ -208,7 +211,10 @@ def plan_query(sql: str, catalog: Catalog) -> Plan:
             )
         aliases.append(AliasInfo(len(aliases), ref.alias, ref.name))
         sources[ref.name] = catalog.table(ref.name)
-    scope = BaseScope(aliases, [sources[a.table].schema for a in aliases], catalog.functions)
+    # This query's own copies: its calls of each function share one limit, cache and stats.
+    udf_stats: dict[str, UdfStats] = {}
+    functions = {name: f.for_query(udf_stats) for name, f in catalog.functions.items()}
+    scope = BaseScope(aliases, [sources[a.table].schema for a in aliases], functions)
     types = scope.types()
     _plan_joins(block, scope)
 
@@ -223,14 +229,23 @@ def plan_query(sql: str, catalog: Catalog) -> Plan:
     elif graph.strict_build_first(aliases[0].table):  # competing AMs: dedup in the SteM
         graph.stem_tables = [aliases[0].table]
     index_kinds = _index_kinds(graph, scope)
-    finalize = _plan_finalize(block, scope, types, catalog.functions)
+    finalize = _plan_finalize(block, scope, types, functions)
     # Base columns the finalizer reads; post-aggregate keys are strings, not (alias, column).
     everything = finalize.select + [o[0] for o in finalize.order] + (finalize.group or [])
     everything += [a.arg for a in finalize.aggregates]
     output_columns = sorted(
         {k for e in everything for k in e.column_keys() if isinstance(k, tuple)}
     )
-    return Plan(sql, graph, _destinations(graph), sources, index_kinds, output_columns, finalize)
+    return Plan(
+        sql,
+        graph,
+        _destinations(graph),
+        sources,
+        index_kinds,
+        output_columns,
+        finalize,
+        udf_stats,
+    )
 
 
 def _plan_joins(block: QueryBlock, scope: BaseScope) -> None:

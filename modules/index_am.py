@@ -16,8 +16,9 @@ queue, and a Work (a batch of probe tuples) is answered once every lookup it nee
 * Prior probers (ProbeCompletion, §3.4) end here: their remaining matches arrive as new
   singletons that find them in their SteMs. Tuples that came straight to the AM (the index
   join of a hybrid, §4.3) are bounced back marked ``looked`` and go on to the SteM.
-* Each lookup gets ``timeout`` seconds and ``retries`` retries with exponential backoff;
-  a throttled source (429 and ``Retry-After``) is waited for, not counted as failing.
+* Each lookup gets ``timeout`` seconds and ``retries`` retries with exponential backoff
+  (:func:`eddies.router.calls.call_with_retries`, shared with per-row UDFs); a throttled
+  source (429 and ``Retry-After``) is waited for, not counted as failing.
   When they are used up the AM fails: the eddy is told (:class:`AccessFailed`), every Work
   still here is handed back unchanged, and the eddy routes it to the table's other AMs
   (failover) — or fails the query naming the table, if none is left.
@@ -49,6 +50,7 @@ import trio
 from eddies.engine.errors import DataSourceError
 from eddies.modules.base import Module, close_channels
 from eddies.modules.key_set import KeySet, bind_columns
+from eddies.router.calls import CallFailed, call_with_retries, describe_exception
 from eddies.router.messages import AccessFailed, Returned, Work
 from eddies.router.query_graph import AccessInfo, QueryGraph
 from eddies.router.stats import LookupStats
@@ -162,7 +164,7 @@ class IndexAM(Module):
         try:
             return await stack.enter_async_context(self.spec.session())
         except Exception as exc:  # a source that cannot even connect has failed
-            await self._fail(f"opening the session failed: {_describe(exc)}")
+            await self._fail(f"opening the session failed: {describe_exception(exc)}")
             return None
 
     def _accept(self, work: Work, nursery: trio.Nursery) -> None:
@@ -265,41 +267,39 @@ class IndexAM(Module):
         up to ``MAX_THROTTLED`` times; each wait counts as a retry in the stats.
         """
         bind = dict(zip(self.spec.on, key, strict=True))
-        error = "no attempt"
-        attempt = throttled = 0
-        while attempt <= self.spec.retries:
-            try:
-                if self.spec.timeout is None:
-                    raw = await lookup_fn(bind)
-                else:
-                    with trio.fail_after(self.spec.timeout):
-                        raw = await lookup_fn(bind)
-            except trio.TooSlowError:
-                error = f"timed out after {self.spec.timeout} s"
-            except Throttled as exc:
-                error = _describe(exc)
-                if throttled < MAX_THROTTLED:
-                    throttled += 1
-                    self.stats.retries += 1
-                    wait = min(exc.retry_after, RETRY_AFTER_CAP) or self.spec.backoff
-                    log.debug("lookup throttled", am=self.spec.name, bind=bind, wait=wait)
-                    await trio.sleep(wait)
-                    continue
-            except Exception as exc:  # any failure of a source counts; it is retried
-                error = _describe(exc)
-            else:
-                # An answer of the wrong shape is not retried: asking again gives the same.
-                where = f"lookup of {self.spec.name!r} (table {self.spec.table!r})"
-                try:
-                    return conform(raw, self.schema, where, rows_ok=True), None
-                except DataSourceError as exc:
-                    return None, f"lookup {bind} gave a bad answer: {exc}"
-            if attempt < self.spec.retries:
-                self.stats.retries += 1
-                log.debug("lookup retry", am=self.spec.name, bind=bind, error=error)
-                await trio.sleep(self.spec.backoff * 2**attempt)
-            attempt += 1
-        return None, f"lookup {bind} failed after {self.spec.retries + 1} attempts: {error}"
+
+        def on_retry(k: int, error: str) -> None:
+            self.stats.retries += 1
+            log.debug("lookup retry", am=self.spec.name, bind=bind, error=error)
+
+        def wait_asked(exc: Exception) -> float | None:
+            if not isinstance(exc, Throttled):
+                return None
+            return min(exc.retry_after, RETRY_AFTER_CAP) or self.spec.backoff
+
+        def on_wait(seconds: float, error: str) -> None:
+            self.stats.retries += 1
+            log.debug("lookup throttled", am=self.spec.name, bind=bind, wait=seconds)
+
+        try:
+            raw = await call_with_retries(
+                lambda: lookup_fn(bind),
+                timeout=self.spec.timeout,
+                retries=self.spec.retries,
+                backoff=self.spec.backoff,
+                on_retry=on_retry,
+                wait_asked=wait_asked,
+                on_wait=on_wait,
+                max_waits=MAX_THROTTLED,
+            )
+        except CallFailed as failed:
+            return None, f"lookup {bind} failed after {failed.attempts} attempts: {failed.error}"
+        # An answer of the wrong shape is not retried: asking again gives the same.
+        where = f"lookup of {self.spec.name!r} (table {self.spec.table!r})"
+        try:
+            return conform(raw, self.schema, where, rows_ok=True), None
+        except DataSourceError as exc:
+            return None, f"lookup {bind} gave a bad answer: {exc}"
 
     def _matching(self, done: list[tuple[_Lookup, pa.Table]], eot: Eot) -> pa.Table | None:
         """The answers' rows whose bind columns equal their lookup's key (the EOT vouches
@@ -355,8 +355,3 @@ class IndexAM(Module):
             if not lookup.finished.is_set() and lookup not in (f[0] for f in self._finished):
                 lookup.failed = True
                 lookup.finished.set()
-
-
-def _describe(exc: BaseException) -> str:
-    text = str(exc)
-    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__

@@ -8,11 +8,14 @@ a query is planned by evaluating each expression on zero-length columns of the r
 types, so ``'a' + 1`` fails before any data moves, naming the construct and its position.
 
 UDF calls (:class:`UdfCall`) may be async or run off the trio thread; they are evaluated
-first by :func:`evaluate_async`, which binds their results into the environment.
+first by :func:`evaluate_async`, which binds their results into the environment. A query's
+calls of one function share a concurrency limit, a cache and stats
+(:mod:`eddies.router.udf_calls`).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -20,9 +23,9 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
-import trio
 
 from eddies.engine.errors import ExpressionError, QueryTypeError, UdfError, describe
+from eddies.router.udf_calls import FunctionCalls, UdfStats
 
 #: What pyarrow.compute (and the NumPy/Python code of our kernels) raises on bad values or
 #: types; :meth:`Call.eval` turns them into an :class:`ExpressionError` naming the SQL.
@@ -101,22 +104,55 @@ class Call(Expr):
         return self.args
 
 
+#: Calls of an ``async def`` function in flight at once, per query, unless told otherwise.
+DEFAULT_ASYNC_CONCURRENCY = 32
+#: Worker threads a sync function runs on at once, per query, unless told otherwise.
+DEFAULT_THREADS = 4
+#: Seconds before a failed call's first retry; doubled for each further one.
+DEFAULT_UDF_BACKOFF = 0.05
+
+
 @dataclass
 class FunctionSpec:
     """A registered Python function usable in SQL (see ``Catalog.add_function``).
 
     vectorized: fn(*pa.Array) -> array-like of length n; otherwise fn(*values) -> value,
-    called per row. Sync functions run in a worker thread, async ones are awaited.
+    called per row. Sync functions run in worker threads, async ones are awaited.
+    max_concurrency: calls in flight (async) or worker threads (sync) per query; timeout:
+    seconds per attempt (None: no limit); retries: further attempts of a failed call,
+    ``backoff * 2**k`` seconds apart; cache: a per-row function is called once per distinct
+    argument tuple per query (False: once per row). ``calls`` is the query's
+    :class:`~eddies.router.udf_calls.FunctionCalls` (see :meth:`for_query`).
     """
 
     name: str
     fn: Callable[..., Any]
     vectorized: bool = True
     return_type: pa.DataType = field(default_factory=pa.bool_)
+    max_concurrency: int | None = None
+    timeout: float | None = None
+    retries: int = 0
+    backoff: float = DEFAULT_UDF_BACKOFF
+    cache: bool = True
+    calls: FunctionCalls | None = field(default=None, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        if self.max_concurrency is None:
+            self.max_concurrency = DEFAULT_ASYNC_CONCURRENCY if self.is_async else DEFAULT_THREADS
 
     @property
     def is_async(self) -> bool:
         return inspect.iscoroutinefunction(self.fn)
+
+    def for_query(self, registry: dict[str, UdfStats] | None = None) -> FunctionSpec:
+        """A copy with a fresh table of calls: its concurrency limit, cache and stats are
+        one query's (``registry`` collects the stats of functions the query calls)."""
+        spec = dataclasses.replace(self, calls=None)
+        spec.calls = FunctionCalls(spec, registry)
+        return spec
+
+    def __getstate__(self) -> dict:  # the table of calls holds trio objects
+        return {**self.__dict__, "calls": None}
 
 
 @dataclass(eq=False)
@@ -153,32 +189,16 @@ class UdfCall(Expr):
             )
         return arr
 
-    def compute_sync(self, args: list[Any], n: int) -> pa.Array:
-        spec = self.spec
-        try:
-            if spec.vectorized:
-                result = spec.fn(*args)
-            else:
-                columns = [_as_pylist(a, n) for a in args]
-                result = (
-                    [spec.fn(*row) for row in zip(*columns, strict=True)]
-                    if columns
-                    else [spec.fn() for _ in range(n)]
-                )
-        except Exception as exc:  # the user's function failed: name it
-            raise UdfError(f"function {spec.name!r} failed in {self.sql}: {exc!r}") from exc
-        return self._to_array(result, n)
-
-    async def compute_async(self, args: list[Any], n: int) -> pa.Array:
-        spec = self.spec
-        try:
-            if spec.vectorized:
-                result = await spec.fn(*args)
-            else:
-                columns = [_as_pylist(a, n) for a in args]
-                result = [await spec.fn(*row) for row in zip(*columns, strict=True)]
-        except Exception as exc:
-            raise UdfError(f"function {spec.name!r} failed in {self.sql}: {exc!r}") from exc
+    async def compute(self, args: list[Any], n: int) -> pa.Array:
+        """The call's values for ``n`` rows (``args``: arrays or scalars), through the
+        query's table of calls: concurrent, de-duplicated, timed out and retried (see
+        :mod:`eddies.router.udf_calls`). Raises UdfError."""
+        calls = self.spec.calls or FunctionCalls(self.spec)  # outside a planned query
+        if self.spec.vectorized:
+            result = await calls.call_vectorized(args, self.sql)
+        else:
+            columns = [_as_pylist(a, n) for a in args]
+            result = await calls.call_per_row(columns, n, self.sql)
         return self._to_array(result, n)
 
 
@@ -211,23 +231,16 @@ def evaluate(expr: Expr, env: Env, n: int) -> pa.Array:
 async def evaluate_async(expr: Expr, env: Env, n: int) -> pa.Array:
     """Evaluate with UDFs: each UDF call (innermost first) is computed, then bound into env.
 
-    Sync UDFs run in a worker thread (``trio.to_thread``) so an expensive predicate does
-    not stall the eddy, and are abandoned (left to finish unobserved) when the query is
-    cancelled; async ones are awaited on the trio thread.
+    Sync UDFs run in worker threads so an expensive predicate does not stall the eddy,
+    and are abandoned (left to finish unobserved) when the query is cancelled; async ones
+    are awaited on the trio thread, a per-row one many calls at once.
     """
     calls = expr.udf_calls()
     if calls:
         env = dict(env)
         for call in reversed(calls):  # post-order: arguments' UDFs first
             args = [a.eval(env, n) for a in call.args]
-            if call.spec.is_async:
-                env[call] = await call.compute_async(args, n)
-            else:
-                # A cancel (a deadline, SIGINT, LIMIT) must not wait for a slow function:
-                # the thread is abandoned and its result dropped when it ends.
-                env[call] = await trio.to_thread.run_sync(
-                    call.compute_sync, args, n, abandon_on_cancel=True
-                )
+            env[call] = await call.compute(args, n)
     return evaluate(expr, env, n)
 
 
