@@ -115,6 +115,7 @@ class Eddy:
         # None when no eligible queue had room and the batch must be routed afresh.
         self._waiting: deque[tuple[TupleBatch, int | None]] = deque()
         self._retry = False
+        self._buffered = 0  # tuples in _priority and _waiting
         self._in_flight = 0
         self._started = time.perf_counter()
         self._failures: dict[str, list[str]] = {}  # table -> errors of its failed AMs
@@ -149,6 +150,7 @@ class Eddy:
                 if self._retry and self._waiting:
                     self._retry = False
                     waiting, self._waiting = self._waiting, deque()
+                    self._buffered -= sum(len(b) for b, _ in waiting)
                     for batch, destination in waiting:
                         entry = self._entry(batch)
                         if destination is None or not entry.offers(destination):
@@ -156,7 +158,9 @@ class Eddy:
                         else:
                             self._send(destination, batch, entry)
                 if self._priority:
-                    self._route(self._priority.popleft())
+                    batch = self._priority.popleft()
+                    self._buffered -= len(batch)
+                    self._route(batch)
                 elif self._fresh_count and not self._admission_blocked():
                     self._route(self._next_fresh())
                 elif self._finished():
@@ -263,7 +267,7 @@ class Eddy:
                 if b.signature.floating and b.signature.prior:
                     self._park(b)
                 elif len(b) or b.eot is not None:
-                    self._priority.append(b)
+                    self._buffer(b)
             if message.final and built_table is not None:
                 self._unpark(built_table)
         elif isinstance(message, SourceBatch):
@@ -290,20 +294,35 @@ class Eddy:
         else:
             self._access_failed(message)
 
+    def _buffer(self, batch: TupleBatch) -> None:
+        """Queue a returned batch in the priority buffer (routed before new source tuples)."""
+        self._priority.append(batch)
+        self._count_buffered(len(batch))
+
+    def _wait(self, batch: TupleBatch, destination: int | None) -> None:
+        """Hold a batch until a queue has room (``destination`` None: route it afresh)."""
+        self._waiting.append((batch, destination))
+        self._count_buffered(len(batch))
+
+    def _count_buffered(self, n: int) -> None:
+        self._buffered += n
+        if self._buffered > self.stats.peak_buffered_tuples:
+            self.stats.peak_buffered_tuples = self._buffered
+
     def _park(self, batch: TupleBatch) -> None:
         """Hold a floating batch bounced by an incomplete SteM until that SteM changes —
         unless it is complete by now (its answer raced the last build or the scan's end)."""
         alias = self.routing_table.graph.aliases[batch.signature.prior.bit_length() - 1]
         if alias.table in self._scan_done and self._unbuilt.get(alias.table, 0) <= 0:
-            self._priority.append(batch)
+            self._buffer(batch)
         else:
             self._parked.setdefault(alias.table, []).append(batch)
 
     def _unpark(self, table: str) -> None:
         """The SteM of ``table`` changed: its bounced floating batches may probe again."""
         parked = self._parked.pop(table, None)
-        if parked:
-            self._priority.extend(parked)
+        for batch in parked or ():
+            self._buffer(batch)
 
     def _close_source(self, index: int, keep_delivered: bool = False) -> None:
         """No more batches from this scan; its undelivered ones are dropped unless it
@@ -376,7 +395,8 @@ class Eddy:
         log.warning("every scan failed: falling back to lookups", table=table)
         self.routing_table.mark_scanless(table)
         self._stems[table].has_scan = False
-        self._priority.extend(replays)
+        for batch in replays:
+            self._buffer(batch)
         return True
 
     def _fail_table(self, table: str) -> None:
@@ -400,7 +420,7 @@ class Eddy:
         else:
             choice = self.policy.choose(entry, len(batch), has_room)
         if choice is None:
-            self._waiting.append((batch, None))
+            self._wait(batch, None)
         elif isinstance(choice, np.ndarray):
             for destination, part in batch.split_by(choice).items():
                 self._send_step(destination, part, entry)
@@ -428,7 +448,7 @@ class Eddy:
         if group is not None:
             destination = self.policy.choose_access(group, len(batch), self.has_room)
             if destination is None:
-                self._waiting.append((batch, None))
+                self._wait(batch, None)
                 return
             step = destination
         self._send(step, batch, entry)
@@ -437,10 +457,12 @@ class Eddy:
         limit = self.routing_table.destinations[destination].max_batch
         if limit is not None and len(batch) > limit:
             # The rest is routed afresh, next: each Work is placed on its own.
-            self._priority.appendleft(batch.take(slice(limit, None)))
+            rest = batch.take(slice(limit, None))
+            self._priority.appendleft(rest)
+            self._count_buffered(len(rest))
             batch = batch.take(slice(0, limit))
         if not self.has_room(destination):
-            self._waiting.append((batch, destination))  # keep the decision: no re-split
+            self._wait(batch, destination)  # keep the decision: no re-split
             return
         if self.checker is not None:
             self.checker.check_route(batch, destination)
