@@ -13,8 +13,20 @@ queue has room (``send_nowait``), otherwise the batch waits in the eddy and is r
 when a module answers. So a module can never be blocked by the eddy while the eddy waits
 on it, and back-pressure (what the naive policy learns from) reaches the eddy.
 
-The query ends when every source is exhausted and no batch is in flight, queued or
-waiting (stems-2003 §2.1.1); the eddy then closes the modules' queues.
+Intermediate results are bounded. A SteM probe returns at most ``MAX_OUTPUT_ROWS``
+tuples per Work and hands the rest of a larger probe back as a continuation
+(``Returned.rest``, see :mod:`eddies.modules.stem`). The eddy holds continuations in a
+deferred queue and sends one back to its SteM only while the tuples it buffers (priority
+buffer and waiting) plus the output bounds of resumed probes in flight stay below
+``MAX_BUFFERED_TUPLES`` — or when nothing is in flight at all, so the query always
+progresses. Continuations never wait on a module (the eddy still never blocks on a send),
+so no module can deadlock waiting for another; they are tuples already handled, so they
+go before new source tuples (eddies-2000 §4), and while any is held no source tuple is
+admitted. Memory is then bounded by ``MAX_BUFFERED_TUPLES`` plus what the modules' bounded
+queues hold; a cross product whose WHERE keeps nothing never holds its pairs at once.
+
+The query ends when every source is exhausted and no batch is in flight, queued, waiting
+or deferred (stems-2003 §2.1.1); the eddy then closes the modules' queues.
 
 Access methods can fail (stems-2003 §3.2, competitive AMs): a failed index AM is taken out
 of the routing table and its Works come back to be routed to the table's other AMs; a
@@ -49,6 +61,9 @@ log = structlog.get_logger("eddies.router")
 #: Probe tuples that may wait in the eddy for full index AMs while new source tuples are
 #: still admitted (see ``Eddy._admission_blocked``); beyond it the sources are held back.
 MAX_WAITING_FOR_LOOKUPS = 65536
+#: Tuples the eddy may buffer (priority buffer and waiting, plus the output bounds of
+#: resumed probes in flight) before it holds back the continuations of large SteM probes.
+MAX_BUFFERED_TUPLES = 1 << 18
 
 
 class _ModuleEnded(Exception):
@@ -116,6 +131,10 @@ class Eddy:
         self._waiting: deque[tuple[TupleBatch, int | None]] = deque()
         self._retry = False
         self._buffered = 0  # tuples in _priority and _waiting
+        # Continuations of SteM probes stopped at their output bound, and the output bounds
+        # of those sent back and not answered yet (see the module docstring).
+        self._deferred: deque[Work] = deque()
+        self._promised = 0
         self._in_flight = 0
         self._started = time.perf_counter()
         self._failures: dict[str, list[str]] = {}  # table -> errors of its failed AMs
@@ -157,6 +176,8 @@ class Eddy:
                             self._route(batch)  # e.g. its chosen AM failed meanwhile
                         else:
                             self._send(destination, batch, entry)
+                if self._deferred and self._may_resume():
+                    self._resume()
                 if self._priority:
                     batch = self._priority.popleft()
                     self._buffered -= len(batch)
@@ -193,7 +214,7 @@ class Eddy:
         tuple delivered so far has been fully processed (a quiescent point)."""
         return (
             self._in_flight == 0
-            and not (self._priority or self._fresh_count or self._waiting)
+            and not (self._priority or self._fresh_count or self._waiting or self._deferred)
             and not any(self._parked.values())
             and (self._inbox is None or self._inbox.statistics().current_buffer_used == 0)
             and not any(s.undelivered for s in self.sources if not s.closed)
@@ -211,8 +232,11 @@ class Eddy:
         that waits for an index AM does not, up to ``MAX_WAITING_FOR_LOOKUPS`` tuples:
         fresh tuples may find their matches in the SteMs meanwhile, and stalling them
         behind slow lookups is the head-of-line blocking SteMs exist to avoid (stems-2003
-        §4.2).
+        §4.2). A held continuation does too: its tuples were handled already (eddies-2000
+        §4), and new source tuples would only add probes to the backlog it waits out.
         """
+        if self._deferred:
+            return True
         waiting_for_lookups = 0
         for batch, destination in self._waiting:
             if destination is None or destination not in self._lookups:
@@ -224,7 +248,7 @@ class Eddy:
         return (
             self.sources_open == 0
             and self._in_flight == 0
-            and not (self._priority or self._fresh_count or self._waiting)
+            and not (self._priority or self._fresh_count or self._waiting or self._deferred)
             and not any(self._parked.values())
         )
 
@@ -250,6 +274,9 @@ class Eddy:
             if message.final:
                 self._in_flight -= 1
                 self._retry = True
+                self._promised -= message.resumed
+            if message.rest is not None:
+                self._deferred.append(message.rest)
             returned = sum(len(b) for b in message.outputs)
             stats = self._module_stats[message.destination]
             stats.tuples_out += returned
@@ -293,6 +320,26 @@ class Eddy:
                     self._close_source(i)
         else:
             self._access_failed(message)
+
+    def _may_resume(self) -> bool:
+        """Whether the oldest continuation may go back to its SteM now: its queue has room
+        and the backlog is below ``MAX_BUFFERED_TUPLES``, or nothing is in flight."""
+        work = self._deferred[0]
+        if not self.has_room(work.destination):
+            return False
+        return self._buffered + self._promised < MAX_BUFFERED_TUPLES or self._in_flight == 0
+
+    def _resume(self) -> None:
+        """Send the oldest continuation back to its SteM (its tuples were counted and
+        checked when first routed); reserve its output bound until it answers."""
+        work = self._deferred.popleft()
+        assert work.resume is not None
+        try:
+            self.queues[work.destination].send_nowait(work)
+        except trio.BrokenResourceError:
+            raise _ModuleEnded(self.routing_table.destinations[work.destination].module) from None
+        self._in_flight += 1
+        self._promised += work.resume.limit
 
     def _buffer(self, batch: TupleBatch) -> None:
         """Queue a returned batch in the priority buffer (routed before new source tuples)."""
