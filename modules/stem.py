@@ -222,7 +222,7 @@ class SteM(Module):
         if cursor is None:
             horizon = len(self._rows)
             from_pos = 0
-            counts = self._candidate_counts(batch, target, predicate, horizon)
+            counts, keyed = self._candidate_counts(batch, target, predicate, horizon)
             # Bounce-backs are decided for the whole batch as the probe begins, with the
             # SteM it sees (a floating batch's LastMatchTimeStamp is the newest tuple below
             # the horizon): so a probe in parts bounces exactly what one probe would.
@@ -235,14 +235,18 @@ class SteM(Module):
                     outputs.append(prior)
         else:
             horizon, from_pos, counts = cursor.horizon, cursor.from_pos, cursor.counts
+            keyed = None
         # The leading tuples whose matches fit in the bound, all at once; else the first
         # tuple alone, its matches sliced by stored position.
         taken = 0 if from_pos else int(np.searchsorted(np.cumsum(counts), limit, side="right"))
         next_from: int | None = None
         if taken:
-            part = batch if taken == len(batch) else batch.take(slice(0, taken))
+            if taken == len(batch):  # the common case: the keys are encoded already
+                part = batch
+            else:
+                part, keyed = batch.take(slice(0, taken)), None
             matches = await run_vectorized(
-                self.probe, part, target, predicate, horizon, rows=len(part)
+                self.probe, part, target, predicate, horizon, keyed, rows=len(part)
             )
         else:
             first = batch.take(slice(0, 1))
@@ -460,22 +464,31 @@ class SteM(Module):
 
     def _candidate_counts(
         self, batch: TupleBatch, target: int, predicate: Predicate | None, horizon: int
-    ) -> np.ndarray:
+    ) -> tuple[np.ndarray, tuple | None]:
         """Per probe tuple, an upper bound of its matches below ``horizon`` (exact for a
-        cross product): how a probe is cut into parts of at most ``MAX_OUTPUT_ROWS``."""
+        cross product): how a probe is cut into parts of at most ``MAX_OUTPUT_ROWS``.
+        Also the probe keys of a keyed probe (see :meth:`_probe_keys`), to reuse."""
         lo, hi = self._window(batch, target, horizon)
         span = np.maximum(hi - lo, 0)
         if predicate is None:
-            return span
-        _, keys, _, valid = self._probe_keys(batch, target, predicate)
-        index = self.indexes[predicate.edge.side(target)]
+            return span, None
+        keyed = self._probe_keys(batch, target, predicate)
+        index, keys, _, valid = keyed
         counts = np.minimum(index.index.counts(keys), span)
         if valid is not None:
             counts[~valid] = 0  # NULL never joins
-        return counts
+        return counts, keyed
 
-    def _matches(self, batch: TupleBatch, target: int, predicate: Predicate | None, horizon: int):
-        """Candidate (probe index, stored position) pairs in the tuples' windows."""
+    def _matches(
+        self,
+        batch: TupleBatch,
+        target: int,
+        predicate: Predicate | None,
+        horizon: int,
+        keyed: tuple | None = None,
+    ):
+        """Candidate (probe index, stored position) pairs in the tuples' windows, which
+        enforce the TimeStamp rule (or a floating tuple's LastMatchTimeStamp)."""
         lo, hi = self._window(batch, target, horizon)
         if predicate is None:  # cross product: every stored tuple in the window
             counts = np.maximum(hi - lo, 0)
@@ -484,7 +497,9 @@ class SteM(Module):
                 lo - (np.cumsum(counts) - counts), counts
             )
             return probe_idx, pos
-        index, keys, codes, valid = self._probe_keys(batch, target, predicate)
+        if keyed is None:
+            keyed = self._probe_keys(batch, target, predicate)
+        index, keys, codes, valid = keyed
         if valid is None:
             probe_idx, pos = index.index.probe(keys)
         else:
@@ -540,11 +555,13 @@ class SteM(Module):
         target: int,
         predicate: Predicate | None,
         horizon: int | None = None,
+        keyed: tuple | None = None,
     ) -> list[TupleBatch]:
         """Concatenated matches of ``batch`` with this SteM's tuples in the role ``target``,
-        among the tuples stored below ``horizon`` (default: all)."""
+        among the tuples stored below ``horizon`` (default: all); ``keyed``: the batch's
+        probe keys if encoded already."""
         horizon = len(self._rows) if horizon is None else horizon
-        probe_idx, pos = self._matches(batch, target, predicate, horizon)
+        probe_idx, pos = self._matches(batch, target, predicate, horizon, keyed)
         return self._joined(batch, target, predicate, probe_idx, pos)
 
     def _joined(
@@ -555,17 +572,9 @@ class SteM(Module):
         probe_idx: np.ndarray,
         pos: np.ndarray,
     ) -> list[TupleBatch]:
-        """The joined tuples of candidate pairs that pass the TimeStamp rule (or, for a
-        floating tuple, its LastMatchTimeStamp) and the windows, by stored Done bits."""
+        """The joined tuples of candidate pairs (taken from the probe tuples' windows, so
+        they pass the TimeStamp rule) that are inside the windows, by stored Done bits."""
         sig = batch.signature
-        if sig.floating:  # matches it has not seen: newer than its LastMatchTimeStamp
-            seen = 0 if batch.lmts is None else batch.lmts[probe_idx]
-            keep = self._ts.view()[pos] > seen
-        else:  # TimeStamp rule
-            stored_keys = self._ts.view()[pos] * self.n_aliases + target
-            keep = stored_keys < batch.ts[probe_idx]
-        if not keep.all():
-            probe_idx, pos = probe_idx[keep], pos[keep]
         if len(pos) == 0:
             return []
         rows = {a: ids[probe_idx] for a, ids in batch.rows.items()}
