@@ -25,15 +25,13 @@ class Module:
     name: str = "module"
     kind: str = "module"
 
-    async def process(self, work: Work) -> list[TupleBatch]:  # pragma: no cover - abstract
+    async def process(self, work: Work) -> list[TupleBatch] | Returned:  # pragma: no cover
+        """The outputs of one Work, or a whole :class:`Returned` (a SteM probe that
+        stopped at its output bound returns its rest that way)."""
         raise NotImplementedError
 
     async def close(self) -> None:
         """Called once the eddy has closed the module's input channel."""
-
-    async def emit(self, destination: int, outputs: list[TupleBatch]) -> None:
-        """Send a partial answer now (and let other tasks run: LIMIT may stop the query)."""
-        await self._to_eddy.send(Returned(destination, outputs, 0, 0.0, final=False))
 
     async def serve(
         self, inbox: trio.MemoryReceiveChannel, to_eddy: trio.MemorySendChannel
@@ -45,7 +43,11 @@ class Module:
                 started = time.perf_counter()
                 outputs = await self.process(work)
                 busy = time.perf_counter() - started
-                await to_eddy.send(Returned(work.destination, outputs, len(work.batch), busy))
+                if isinstance(outputs, Returned):
+                    outputs.busy_seconds = busy
+                    await to_eddy.send(outputs)
+                else:
+                    await to_eddy.send(Returned(work.destination, outputs, len(work.batch), busy))
             await self.close()
             ended = True
         finally:

@@ -76,6 +76,9 @@ class RunStats:
     functions: dict[str, UdfStats] = field(default_factory=dict)
     # Per stream table, its eddies.modules.window.StreamClock (late and evicted rows).
     windows: dict[str, Any] = field(default_factory=dict)
+    # Most tuples the eddy held at once in its priority buffer and waiting for full queues
+    # (intermediate results between modules; see eddies.router.eddy, bounded backlog).
+    peak_buffered_tuples: int = 0
     _time: array.array = field(default_factory=lambda: array.array("d"))
     _span: array.array = field(default_factory=lambda: array.array("q"))
     _done: array.array = field(default_factory=lambda: array.array("q"))
