@@ -6,7 +6,7 @@ import pyarrow as pa
 import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 import pytest
-from conftest import assert_same_ordered
+from oracle import assert_same_ordered
 
 from eddies.engine import Catalog, run_query
 from eddies.engine.cli import DEMO_SQL, DEMO_TABLES, main
