@@ -4,7 +4,7 @@ Each demo server runs in its own thread with its own trio loop (``add_web_table`
 schemas synchronously, and the query runs ``trio.run`` in the test's thread), so the HTTP
 traffic is real. Checked against DuckDB over the same tables read locally:
 
-* a mirror that fails midway (every request 503 after ``fail_after`` seconds) leaves the
+* a mirror that fails midway (every request 503 after its fifth lookup) leaves the
   result exact, and the failure is reported in ``RunStats.failures``;
 * when every mirror has failed the query raises DataSourceError naming the table, without
   waiting for any timeout, and the process goes on (a following query works).
@@ -34,8 +34,15 @@ SQL = (
 
 
 @contextlib.contextmanager
-def demo_server(tables: dict[str, pa.Table], **faults) -> Iterator[str]:
-    """A demo server in a thread of its own, for the duration of the block; yields its URL."""
+def demo_server(
+    tables: dict[str, pa.Table], *, dies_after_lookups: int | None = None, **faults
+) -> Iterator[str]:
+    """A demo server in a thread of its own, for the duration of the block; yields its URL.
+
+    ``dies_after_lookups=k``: once it has answered k lookups, its ``fail_after`` (which
+    must be set) counts as passed, so it answers 503 from then on: a mirror that dies
+    midway after a count of answers, not after a time a loaded machine may overrun.
+    """
     started = threading.Event()
     url: list[str] = []
     stop: list = []
@@ -43,6 +50,15 @@ def demo_server(tables: dict[str, pa.Table], **faults) -> Iterator[str]:
     async def serve() -> None:
         config = DemoServerConfig.from_flags(**faults)
         async with open_demo_server(tables, {"planes": ["tailnum"]}, config) as handle:
+            if dies_after_lookups is not None:
+                app, faults_of = handle.app, handle.app._faults
+
+                async def dying(endpoint: str, table: str):
+                    if endpoint == "lookup" and app.counts["lookup 200"] >= dies_after_lookups:
+                        app.started_at -= config.fail_after  # fail_after has passed
+                    return await faults_of(endpoint, table)
+
+                app._faults = dying
             url.append(handle.url)
             stop.append((trio.lowlevel.current_trio_token(), trio.Event()))
             started.set()
@@ -80,7 +96,7 @@ def _catalog(data, urls: dict[str, str], **options) -> Catalog:
 def test_a_mirror_failing_midway_leaves_the_result_exact(data):
     planes = {"planes": data["planes"]}
     with (
-        demo_server(planes, latency=["0.002"], fail_after=0.3) as dying,
+        demo_server(planes, latency=["0.002"], fail_after=3600, dies_after_lookups=5) as dying,
         demo_server(planes, latency=["0.02"]) as steady,
     ):
         cat = _catalog(
