@@ -421,7 +421,7 @@ def test_serve_demo_serves_until_ctrl_c():
 
         assert trio.run(lookup)["name"].to_pylist() == ["American Airlines Inc."]
         process.send_signal(signal.SIGINT)
-        _, err = process.communicate(timeout=10)
+        _, err = process.communicate(timeout=120)  # a hang guard: ~2 s on a loaded machine
     finally:
         process.kill()
     assert process.returncode == 130
