@@ -13,8 +13,15 @@ from eddies.sources.demo_server import DemoServerConfig, open_demo_server
 
 
 @contextlib.contextmanager
-def demo_server(tables: dict[str, pa.Table], **faults) -> Iterator[str]:
-    """A demo server in a thread of its own, for the duration of the block; yields its URL."""
+def demo_server(
+    tables: dict[str, pa.Table], *, dies_after_lookups: int | None = None, **faults
+) -> Iterator[str]:
+    """A demo server in a thread of its own, for the duration of the block; yields its URL.
+
+    ``dies_after_lookups=k``: once it has answered k lookups, its ``fail_after`` (which
+    must be set) counts as passed, so it answers 503 from then on: a mirror that dies
+    midway after a count of answers, not after a time a loaded machine may overrun.
+    """
     started = threading.Event()
     url: list[str] = []
     stop: list = []
@@ -22,6 +29,15 @@ def demo_server(tables: dict[str, pa.Table], **faults) -> Iterator[str]:
     async def serve() -> None:
         config = DemoServerConfig.from_flags(**faults)
         async with open_demo_server(tables, {"planes": ["tailnum"]}, config) as handle:
+            if dies_after_lookups is not None:
+                app, faults_of = handle.app, handle.app._faults
+
+                async def dying(endpoint: str, table: str):
+                    if endpoint == "lookup" and app.counts["lookup 200"] >= dies_after_lookups:
+                        app.started_at -= config.fail_after  # fail_after has passed
+                    return await faults_of(endpoint, table)
+
+                app._faults = dying
             url.append(handle.url)
             stop.append((trio.lowlevel.current_trio_token(), trio.Event()))
             started.set()

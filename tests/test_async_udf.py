@@ -18,7 +18,7 @@ import numpy as np
 import pyarrow as pa
 import pytest
 import trio
-from conftest import assert_same_bag, make_catalog
+from oracle import assert_same_bag, make_catalog
 
 from eddies.engine import POLICIES, Catalog, EddiesError, UdfError, execute, open_query
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 import pytest
-from conftest import assert_same_bag, duckdb_table
+from oracle import assert_same_bag, duckdb_table
 
 from eddies.engine import Catalog, run_query
 from eddies.engine.run import DEFAULT_QUEUE_CAPACITY

@@ -22,7 +22,7 @@ import os
 import duckdb
 import pyarrow as pa
 import pytest
-from conftest import assert_same_bag, assert_same_ordered, duckdb_table, make_catalog
+from oracle import assert_same_bag, assert_same_ordered, duckdb_table, make_catalog
 from hypothesis import given, settings
 from hypothesis import strategies as st
 

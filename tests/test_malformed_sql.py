@@ -15,7 +15,7 @@ import re
 import duckdb
 import pyarrow as pa
 import pytest
-from conftest import make_catalog
+from oracle import make_catalog
 from sqlglot.dialects.dialect import Dialect
 
 from eddies.engine import EddiesError, explain

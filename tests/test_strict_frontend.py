@@ -14,7 +14,7 @@ import re
 
 import pyarrow as pa
 import pytest
-from conftest import assert_same_bag, check_all, make_catalog
+from oracle import assert_same_bag, check_all, make_catalog
 
 from eddies.engine import EddiesError, execute
 from eddies.engine.errors import SqlSyntaxError, UnknownColumnError, UnsupportedQueryError

@@ -17,9 +17,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
 import trio
-from conftest import bag, table_rows
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from oracle import bag, table_rows
 
 from eddies.engine import Catalog
 from eddies.engine.errors import DataSourceError, EddiesError
