@@ -226,8 +226,13 @@ def make_source(
                     f"table {name!r}: cannot tell the format of {str(path)!r}; "
                     "use a .parquet or .csv file"
                 )
+            schema.names  # noqa: B018 - decodes the header: pyarrow does not check it
         except (pa.ArrowInvalid, OSError) as exc:
             raise DataSourceError(f"table {name!r}: cannot read {str(path)!r}: {exc}") from exc
+        except UnicodeDecodeError as exc:
+            raise DataSourceError(
+                f"table {name!r}: the column names of {str(path)!r} are not UTF-8 text ({exc})"
+            ) from exc
         return TableSource(name, plain_schema(schema), path=path, **options)
     raise DataSourceError(
         f"table {name!r}: unsupported data of type {type(data).__name__}; pass a pyarrow "

@@ -271,3 +271,12 @@ def test_udf_returning_an_int_too_large_is_udf_error():
     cat.add_function("big", lambda x: 2**80, vectorized=False, return_type=pa.int64())
     with pytest.raises(UdfError, match="big"):
         execute("SELECT big(a) FROM t", cat)
+
+
+def test_a_csv_whose_header_is_not_utf8_is_a_data_source_error(tmp_path):
+    # pyarrow reads such a header without complaint; its names then fail to decode
+    # (was a raw UnicodeDecodeError from deep in the catalog).
+    path = tmp_path / "latin1.csv"
+    path.write_bytes(b"\xff\xfea,b\n1,2\n")
+    with pytest.raises(DataSourceError, match="not UTF-8"):
+        Catalog().add_table("t", path)
