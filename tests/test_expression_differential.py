@@ -22,9 +22,9 @@ import os
 import duckdb
 import pyarrow as pa
 import pytest
-from oracle import assert_same_bag, assert_same_ordered, duckdb_table, make_catalog
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from oracle import assert_same_bag, assert_same_ordered, duckdb_table, make_catalog
 
 from eddies.engine import POLICIES, Catalog, EddiesError, execute
 from eddies.engine.errors import ExpressionError
