@@ -467,17 +467,19 @@ class SteM(Module):
     ) -> tuple[np.ndarray, tuple | None]:
         """Per probe tuple, an upper bound of its matches below ``horizon`` (exact for a
         cross product): how a probe is cut into parts of at most ``MAX_OUTPUT_ROWS``.
-        Also the probe keys of a keyed probe (see :meth:`_probe_keys`), to reuse."""
+        Also the probe keys of a keyed probe (see :meth:`_probe_keys`) and their index
+        bounds, to reuse."""
         lo, hi = self._window(batch, target, horizon)
         span = np.maximum(hi - lo, 0)
         if predicate is None:
             return span, None
         keyed = self._probe_keys(batch, target, predicate)
         index, keys, _, valid = keyed
-        counts = np.minimum(index.index.counts(keys), span)
+        bounds = index.index.bounds(keys)  # one lookup, shared with the probe
+        counts = np.minimum(index.index.counts(keys, bounds), span)
         if valid is not None:
             counts[~valid] = 0  # NULL never joins
-        return counts, keyed
+        return counts, (*keyed, bounds)
 
     def _matches(
         self,
@@ -499,12 +501,15 @@ class SteM(Module):
             return probe_idx, pos
         if keyed is None:
             keyed = self._probe_keys(batch, target, predicate)
-        index, keys, codes, valid = keyed
+        index, keys, codes, valid = keyed[:4]
+        bounds = keyed[4] if len(keyed) > 4 else None  # from _candidate_counts
         if valid is None:
-            probe_idx, pos = index.index.probe(keys)
+            probe_idx, pos = index.index.probe(keys, bounds)
         else:
             live = np.flatnonzero(valid)
-            probe_idx, pos = index.index.probe(keys[live])
+            if bounds is not None:
+                bounds = [(run, lo[live], hi[live]) for run, lo, hi in bounds]
+            probe_idx, pos = index.index.probe(keys[live], bounds)
             probe_idx = live[probe_idx]
         inside = (pos >= lo[probe_idx]) & (pos < hi[probe_idx])
         if not inside.all():
