@@ -154,6 +154,10 @@ class _Run:
             where = np.full(span, -1, dtype=np.int64)
             where[slot] = np.arange(len(keys), dtype=np.int64)
             order = where[where >= 0]
+        elif bool((keys[1:] >= keys[:-1]).all()):  # already in key order (a clustered table)
+            return cls(keys, positions, low, offsets)
+        elif span <= 1 << 16:  # NumPy sorts 16-bit keys stably by radix: O(n)
+            order = np.argsort(slot.astype(np.uint16), kind="stable")
         else:
             order = np.argsort(slot, kind="stable")
         return cls(keys[order], positions[order], low, offsets)
