@@ -25,7 +25,7 @@ from eddies.modules.index_am import IndexAM
 from eddies.modules.output import OutputModule
 from eddies.modules.scan import ScanAM
 from eddies.modules.selection import SelectionModule
-from eddies.modules.stem import BuildClock, SteM
+from eddies.modules.stem import BuildClock, BuildLedger, SteM
 from eddies.modules.window import StreamClock
 from eddies.router.constraints import ConstraintChecker
 from eddies.router.eddy import Eddy, Source
@@ -103,15 +103,17 @@ def lower(
     stats.windows.update(stream_clocks)
     # Set when a scan of the table has delivered every row: its index AMs stop looking up,
     # and (relaxed BuildFirst) its SteM can tell when it is complete.
+    # Relaxed BuildFirst chosen at run time: builds no later tuple can need are skipped.
+    ledger = BuildLedger(stats.build_skipped) if BuildLedger.applies(graph, bool(streams)) else None
     scanned = {
         table: trio.Event()
         for table, entry in plan.tables.items()
-        if entry.scans and (entry.indexes or graph.unbuilt)
+        if entry.scans and (entry.indexes or graph.unbuilt or ledger is not None)
     }
-    stems = _stems(plan, stores, scanned, alias_clocks)
+    stems = _stems(plan, stores, scanned, alias_clocks, ledger)
     modules: dict[str, Module] = {f"stem:{t}": stem for t, stem in stems.items()}
     for p in graph.predicates:
-        modules[p.name] = SelectionModule(p, stores)
+        modules[p.name] = SelectionModule(p, stores, ledger)
     modules["output"] = OutputModule(
         plan.output_columns,
         [f"{graph.aliases[a].name}.{c}" for a, c in plan.output_columns],
@@ -171,6 +173,7 @@ def _stems(
     stores: dict[int, TableStore],
     scanned: dict[str, trio.Event],
     alias_clocks: dict[int, StreamClock],
+    ledger: BuildLedger | None = None,
 ) -> dict[str, SteM]:
     """One SteM per table with one, serving its build and every probe of its aliases."""
     clock = BuildClock()
@@ -188,6 +191,7 @@ def _stems(
             key=plan.tables[table].key,
             scanned=scanned.get(table),
             clocks=alias_clocks,
+            ledger=ledger,
         )
     return stems
 

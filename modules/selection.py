@@ -19,7 +19,9 @@ from __future__ import annotations
 
 import dataclasses
 import time
+from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import trio
 
@@ -46,8 +48,12 @@ class SelectionModule(Module):
 
     kind = "sm"
 
-    def __init__(self, predicate: Predicate, stores: dict[int, TableStore]) -> None:
+    def __init__(
+        self, predicate: Predicate, stores: dict[int, TableStore], ledger: Any = None
+    ) -> None:
         self.predicate = predicate
+        # A BuildLedger (eddies.modules.stem): told how many unbuilt singletons are dropped.
+        self._ledger = ledger
         self.name = predicate.name
         self._stores = stores
         self._keys = predicate.expr.column_keys()
@@ -111,6 +117,11 @@ class SelectionModule(Module):
             raise QueryTypeError(f"evaluating {self.predicate.sql} failed: {exc}") from exc
         sig = batch.signature
         passed = dataclasses.replace(sig, done=sig.done | self.predicate.bit)
+        if self._ledger is not None and not sig.built:
+            kept = int(np.count_nonzero(mask))
+            if kept < len(batch):
+                alias = sig.span.bit_length() - 1
+                self._ledger.drop(self._stores[alias].name, len(batch) - kept)
         if mask.all():
             return [batch.with_signature(passed)]
         if not mask.any():

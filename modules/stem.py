@@ -99,6 +99,59 @@ class BuildClock:
         return np.arange(start, start + n, dtype=np.int64)
 
 
+class BuildLedger:
+    """The relaxed BuildFirst of stems-2003 §3.5, chosen while the query runs (issue 11).
+
+    A SteM is *final* when its table's scan has delivered every row and each delivered
+    row has been built into it, skipped, or dropped by an SM before its build. Once every
+    other table's SteM is final, a singleton arriving to be built is not stored: it still
+    takes its build TimeStamp, which is newer than that of every tuple in the dataflow, so
+    by the TimeStamp rule no tuple in flight may match it, and no new tuple of another
+    table will come to probe for it. It goes on to probe the other SteMs, which hold all
+    their tables' qualifying tuples, and finds every match there. Used only where Table 2
+    allows skipping a build: every table of the query has one alias, its one AM is a scan,
+    and it is neither a stream nor already never built (``build=False``).
+
+    ``dropped``: per table, the unbuilt singletons SMs dropped (SMs call :meth:`drop`).
+    ``skipped``: per table, the singletons not stored (the query's RunStats).
+    """
+
+    def __init__(self, skipped: dict[str, int]) -> None:
+        self.stems: dict[str, SteM] = {}
+        self.dropped: dict[str, int] = {}
+        self.skipped = skipped
+
+    @staticmethod
+    def applies(graph: QueryGraph, streams: bool) -> bool:
+        """Whether the query may skip builds (see the class docstring)."""
+        tables = {a.table for a in graph.aliases}
+        return (
+            len(tables) > 1
+            and not streams
+            and not graph.unbuilt
+            and set(graph.stem_tables) == tables
+            and all(
+                len(graph.aliases_of(t)) == 1
+                and len(graph.scans_of(t)) == 1
+                and not graph.indexes_of(t)
+                for t in tables
+            )
+        )
+
+    def drop(self, table: str, n: int) -> None:
+        self.dropped[table] = self.dropped.get(table, 0) + n
+
+    def final(self, stem: SteM) -> bool:
+        if stem.scanned is None or not stem.scanned.is_set():
+            return False
+        handled = len(stem) + self.skipped.get(stem.table, 0) + self.dropped.get(stem.table, 0)
+        return handled >= len(stem.store)
+
+    def may_skip(self, stem: SteM) -> bool:
+        """True when every other table's SteM is final: ``stem`` need not store more."""
+        return all(self.final(other) for other in self.stems.values() if other is not stem)
+
+
 @dataclass
 class ColumnIndex:
     """A SteM's index on one column list: key codes -> stored positions."""
@@ -155,8 +208,12 @@ class SteM(Module):
         key: tuple[str, ...] | None = None,
         scanned: trio.Event | None = None,
         clocks: dict[int, StreamClock] | None = None,
+        ledger: BuildLedger | None = None,
     ) -> None:
         self.name = f"stem:{table}"
+        self.ledger = ledger
+        if ledger is not None:
+            ledger.stems[table] = self
         self.table = table
         self.graph = graph
         self.aliases = graph.aliases_of(table)
@@ -204,6 +261,10 @@ class SteM(Module):
                 batch = batch.take(self._fresh(batch))
             # The clock advances here, on the trio thread, before any await (see BuildClock).
             raw_ts = self.clock.take(len(batch))
+            if self.ledger is not None and len(batch) and self.ledger.may_skip(self):
+                skipped = self.ledger.skipped
+                skipped[self.table] = skipped.get(self.table, 0) + len(batch)
+                return self._bounced(batch, raw_ts)
             built = await run_vectorized(self.build, batch, raw_ts, rows=len(batch))
             if batch.eot is not None and len(batch.eot):
                 self.eots[batch.eot.columns].add(list(batch.eot.values))
@@ -354,6 +415,12 @@ class SteM(Module):
             self._clock_built(row_ids, raw_ts)
         done = batch.signature.done if self.single_alias else 0
         self._done.extend(np.full(len(row_ids), done, dtype=np.uint64))
+        return self._bounced(batch, raw_ts)
+
+    def _bounced(self, batch: TupleBatch, raw_ts: np.ndarray) -> list[TupleBatch]:
+        """The build's bounce-back: the singletons once per alias, with TimeStamp keys."""
+        (row_ids,) = batch.rows.values()
+        done = batch.signature.done if self.single_alias else 0
         return [
             TupleBatch(Signature(1 << a, done, True), {a: row_ids}, raw_ts * self.n_aliases + a)
             for a in self.aliases
@@ -467,17 +534,19 @@ class SteM(Module):
     ) -> tuple[np.ndarray, tuple | None]:
         """Per probe tuple, an upper bound of its matches below ``horizon`` (exact for a
         cross product): how a probe is cut into parts of at most ``MAX_OUTPUT_ROWS``.
-        Also the probe keys of a keyed probe (see :meth:`_probe_keys`), to reuse."""
+        Also the probe keys of a keyed probe (see :meth:`_probe_keys`) and their index
+        bounds, to reuse."""
         lo, hi = self._window(batch, target, horizon)
         span = np.maximum(hi - lo, 0)
         if predicate is None:
             return span, None
         keyed = self._probe_keys(batch, target, predicate)
         index, keys, _, valid = keyed
-        counts = np.minimum(index.index.counts(keys), span)
+        bounds = index.index.bounds(keys)  # one lookup, shared with the probe
+        counts = np.minimum(index.index.counts(keys, bounds), span)
         if valid is not None:
             counts[~valid] = 0  # NULL never joins
-        return counts, keyed
+        return counts, (*keyed, bounds)
 
     def _matches(
         self,
@@ -499,12 +568,15 @@ class SteM(Module):
             return probe_idx, pos
         if keyed is None:
             keyed = self._probe_keys(batch, target, predicate)
-        index, keys, codes, valid = keyed
+        index, keys, codes, valid = keyed[:4]
+        bounds = keyed[4] if len(keyed) > 4 else None  # from _candidate_counts
         if valid is None:
-            probe_idx, pos = index.index.probe(keys)
+            probe_idx, pos = index.index.probe(keys, bounds)
         else:
             live = np.flatnonzero(valid)
-            probe_idx, pos = index.index.probe(keys[live])
+            if bounds is not None:
+                bounds = [(run, lo[live], hi[live]) for run, lo, hi in bounds]
+            probe_idx, pos = index.index.probe(keys[live], bounds)
             probe_idx = live[probe_idx]
         inside = (pos >= lo[probe_idx]) & (pos < hi[probe_idx])
         if not inside.all():

@@ -79,6 +79,9 @@ class RunStats:
     # Most tuples the eddy held at once in its priority buffer and waiting for full queues
     # (intermediate results between modules; see eddies.router.eddy, bounded backlog).
     peak_buffered_tuples: int = 0
+    # Per table: singletons not stored in its SteM because no later tuple could need them
+    # (the relaxed BuildFirst chosen at run time, see eddies.modules.stem.BuildLedger).
+    build_skipped: dict[str, int] = field(default_factory=dict)
     _time: array.array = field(default_factory=lambda: array.array("d"))
     _span: array.array = field(default_factory=lambda: array.array("q"))
     _done: array.array = field(default_factory=lambda: array.array("q"))

@@ -200,7 +200,7 @@ def make_source(
         data = pa.Table.from_batches([data])
     if isinstance(data, pa.Table):
         data = _plain_table(data)
-        return TableSource(name, data.schema, table=data.combine_chunks(), **options)
+        return TableSource(name, data.schema, table=data, **options)  # zero-copy: chunks kept
     if isinstance(data, pa.RecordBatchReader):
         return TableSource(name, plain_schema(data.schema), reader=data, **options)
     if _is_pandas(data):

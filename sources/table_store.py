@@ -14,21 +14,30 @@ import pyarrow as pa
 
 
 class TableStore:
-    """Append-only columnar store of one base table's rows, addressed by int64 row ids."""
+    """Append-only columnar store of one base table's rows, addressed by int64 row ids.
+
+    The rows stay in the chunks they came in (registration is zero-copy, issue 11): a
+    gather whose row ids lie in one chunk (a scan's range, most batches) takes from that
+    chunk; only a gather whose ids span several chunks copies the column into one array,
+    once per store, so only the columns a query gathers across chunks are copied, and only
+    while the query runs.
+    """
 
     def __init__(self, name: str, schema: pa.Schema) -> None:
         self.name = name
         self.schema = schema
         self._chunks: list[pa.RecordBatch] = []
         self._table: pa.Table = schema.empty_table()
+        self._layout = _Layout(self._table)
         self._preloaded = False
         self._columns: dict[str, pa.Array] = {}
 
     @classmethod
     def preloaded(cls, name: str, table: pa.Table) -> TableStore:
-        """A store that already holds all of ``table`` (rows 0..n-1)."""
+        """A store that already holds all of ``table`` (rows 0..n-1), without copying it."""
         store = cls(name, table.schema)
-        store._table = table.combine_chunks()
+        store._table = table
+        store._layout = _Layout(table)
         store._preloaded = True
         return store
 
@@ -43,24 +52,31 @@ class TableStore:
         """Add rows; returns their row ids (int64, consecutive)."""
         start = self._table.num_rows
         self._chunks.append(batch)
-        self._table = pa.Table.from_batches(self._chunks, schema=self.schema)
-        if len(self._chunks) > 32:  # keep take() on few chunks: amortized O(n) compaction
-            self._table = self._table.combine_chunks()
-            self._chunks = self._table.to_batches() or []
-        self._columns.clear()
+        table = pa.Table.from_batches(self._chunks, schema=self.schema)
+        if len(self._chunks) > 32:  # keep the chunks few: amortized O(n) compaction
+            table = table.combine_chunks()
+            self._chunks = table.to_batches() or []
+        self._set(table)
         return np.arange(start, start + batch.num_rows, dtype=np.int64)
+
+    def _set(self, table: pa.Table) -> None:
+        # Layout first: a reader that sees the new table must not see the old layout.
+        self._layout = _Layout(table)
+        self._table = table
+        self._columns.clear()
 
     def compact(self, kept: np.ndarray) -> None:
         """Keep only the rows ``kept`` (row ids, in the order wanted); they become rows
         0..len(kept)-1. Only safe where no row id of this store is in flight (a windowed
         stream's SteM evicting at a quiescent point, see eddies.modules.window)."""
-        self._table = self._table.take(pa.array(kept, pa.int64())).combine_chunks()
-        self._chunks = self._table.to_batches() or []
+        table = self._table.take(pa.array(kept, pa.int64())).combine_chunks()
+        self._chunks = table.to_batches() or []
         self._preloaded = False
-        self._columns.clear()
+        self._set(table)
 
     def column(self, name: str) -> pa.Array:
-        """All values of one column as a single Array (cached until the next append).
+        """All values of one column as a single Array (a copy when the store holds several
+        chunks; cached until the next append).
 
         Safe to call from a worker thread while the trio thread appends: the cached column
         is used only if it is as long as the table snapshot taken here.
@@ -75,11 +91,49 @@ class TableStore:
 
     def gather(self, name: str, row_ids: np.ndarray) -> pa.Array:
         """Values of column ``name`` at ``row_ids`` (a slice when the ids are a range)."""
-        col = self.column(name)
+        layout = self._layout
+        table = layout.table
         n = len(row_ids)
         if n and int(row_ids[-1] - row_ids[0]) == n - 1 and (n == 1 or _is_range(row_ids)):
-            return col.slice(int(row_ids[0]), n)
-        return col.take(pa.array(row_ids))
+            part = table.column(name).slice(int(row_ids[0]), n)
+            return part.chunk(0) if part.num_chunks == 1 else part.combine_chunks()
+        if layout.num_chunks <= 1:
+            return self.column(name).take(pa.array(row_ids))
+        cached = self._columns.get(name)
+        if cached is not None and len(cached) == table.num_rows:
+            return cached.take(pa.array(row_ids))
+        if n == 0:
+            return table.column(name).chunk(0).slice(0, 0)
+        chunk = layout.single_chunk(row_ids)
+        if chunk is not None:  # all in one chunk: the common case of scan-ordered ids
+            local = row_ids - layout.starts[chunk] if chunk else row_ids
+            return table.column(name).chunk(chunk).take(pa.array(local))
+        return self.column(name).take(pa.array(row_ids))
+
+
+class _Layout:
+    """A snapshot of the store's table (empty chunks dropped) with its chunks' start
+    offsets: row ids ``starts[k] .. starts[k+1]-1`` live in chunk ``k``."""
+
+    __slots__ = ("num_chunks", "starts", "table")
+
+    def __init__(self, table: pa.Table) -> None:
+        if table.num_columns and any(len(c) == 0 for c in table.column(0).chunks):
+            table = pa.Table.from_batches(
+                [b for b in table.to_batches() if b.num_rows], schema=table.schema
+            )
+        self.table = table
+        lengths = [len(c) for c in table.column(0).chunks] if table.num_columns else []
+        self.num_chunks = len(lengths)
+        self.starts = np.zeros(self.num_chunks + 1, dtype=np.int64)
+        np.cumsum(lengths, out=self.starts[1:])
+
+    def single_chunk(self, row_ids: np.ndarray) -> int | None:
+        """The one chunk holding every row id, or None when they span several (chunks
+        are consecutive ranges, so the smallest and largest id decide)."""
+        ends = np.array([row_ids.min(), row_ids.max()], dtype=np.int64)
+        first, last = np.searchsorted(self.starts, ends, side="right") - 1
+        return int(first) if first == last else None
 
 
 def _is_range(row_ids: np.ndarray) -> bool:

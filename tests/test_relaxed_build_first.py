@@ -142,3 +142,62 @@ def test_single_table_query_ignores_build_false():
     cat.add_table("r", t, build=False)
     sql = "SELECT a FROM r WHERE a IS NOT NULL"
     assert_same_bag(run_query(sql, cat, debug=True).table, sql, {"r": t})
+
+
+# ---- relaxed BuildFirst chosen while the query runs (BuildLedger, issue 11) -------------
+@pytest.mark.slow  # about 5 s
+@given(
+    data=tables(),
+    shape=st.sampled_from(sorted(SHAPES)),
+    slow=st.sampled_from(["", "r", "s", "t"]),
+    policy=st.sampled_from(POLICIES),
+    batch_size=st.sampled_from([1, 2, None]),
+)
+def test_skipped_builds_give_every_result_once(data, shape, slow, policy, batch_size):
+    """Every table built by default; the eddy skips the builds no later tuple can need
+    (one table's scan slowed down, so the others' SteMs are final before it arrives)."""
+    sql = SHAPES[shape]
+    used = {"r", "s"} | ({"t"} if " t " in sql or "t." in sql else set())
+    tables_used = {k: v for k, v in data.items() if k in used}
+    cat = Catalog()
+    for name, table in tables_used.items():
+        cat.add_table(name, table, batch_size=3, delay=0.02 if name == slow else 0.0)
+    run = run_query(sql, cat, policy=policy, batch_size=batch_size, seed=3, debug=True)
+    assert_same_bag(run.table, sql, tables_used, context=f"slow={slow} {policy}")
+
+
+def test_late_table_is_not_built_once_the_others_are_final():
+    """s arrives after r is scanned and built: no s tuple can be needed later, so none is
+    stored (counted in RunStats.build_skipped), and the join is still exact."""
+    r = pa.table({"a": pa.array([1, 2, 2, 3, None], pa.int64()), "v": [1, 2, 3, 4, 5]})
+    s = pa.table({"a": pa.array([2, 3, 3, 4, None] * 20, pa.int64()), "w": list(range(100))})
+    cat = Catalog()
+    cat.add_table("r", r)
+    cat.add_table("s", s, delay=0.3, batch_size=16)
+    sql = "SELECT r.v, s.w FROM r JOIN s ON r.a = s.a WHERE s.w > 10"
+    run = run_query(sql, cat, debug=True)
+    assert_same_bag(run.table, sql, {"r": r, "s": s})
+    # s's tuples that pass s.w > 10 reach their build: none is stored.
+    assert run.stats.build_skipped.get("s", 0) == 89
+    assert "r" not in run.stats.build_skipped
+
+
+def test_no_builds_are_skipped_where_section_3_5_does_not_allow_it():
+    """A table with an index AM, or a query with a never-built table, keeps BuildFirst."""
+    t = pa.table({"a": pa.array([1, 2, 3], pa.int64())})
+
+    async def lookup(bind):
+        return t
+
+    cat = Catalog()
+    cat.add_table("r", t)
+    cat.add_table("s", t, delay=0.2)
+    cat.add_index("r", t.schema, on=["a"], lookup=lookup)
+    run = run_query("SELECT * FROM r JOIN s ON r.a = s.a", cat)
+    assert run.stats.build_skipped == {}
+    cat = Catalog()
+    cat.add_table("r", t, build=False)
+    cat.add_table("s", t)
+    cat.add_table("u", t, delay=0.2)
+    run = run_query("SELECT * FROM r, s, u WHERE r.a = s.a AND s.a = u.a", cat)
+    assert run.stats.build_skipped == {}

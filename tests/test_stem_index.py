@@ -18,7 +18,7 @@ from eddies.modules.key_encoding import (
     encode_column,
     mix_codes,
 )
-from eddies.modules.stem_index import GrowableArray, SortedRunIndex
+from eddies.modules.stem_index import HASH_PROBES, GrowableArray, SortedRunIndex
 
 
 def brute_force(build: list[int], probe: list[int]) -> set[tuple[int, int]]:
@@ -108,3 +108,34 @@ def test_unique_dense_keys_scatter_path_matches_brute_force(n, seed, offset):
     probe_idx, pos = index.probe(probe)
     got = set(zip(probe_idx.tolist(), pos.tolist(), strict=True))
     assert got == brute_force(keys.tolist(), probe.tolist())
+
+
+@settings(max_examples=50, deadline=None)
+@given(
+    batches=st.lists(st.lists(st.integers(-50, 50), max_size=30), min_size=1, max_size=6),
+    probe=st.lists(st.integers(-60, 60), min_size=1, max_size=40),
+)
+def test_hashed_sparse_runs_match_brute_force(batches, probe):
+    """A large probe of sparse runs goes through their hash tables (HASH_PROBES keys or
+    more): the same pairs as a brute force, counts and shared bounds agreeing."""
+    scale = 10**12  # sparse: no CSR offsets (unless a run holds one distinct key)
+    index = SortedRunIndex()
+    where: dict[int, list[int]] = {}
+    n = 0
+    for batch in batches:
+        keys = np.array(batch, dtype=np.int64) * scale
+        index.insert(keys, np.arange(n, n + len(batch), dtype=np.int64))
+        for j, k in enumerate(batch):
+            where.setdefault(k, []).append(n + j)
+        n += len(batch)
+    reps = -(-HASH_PROBES // len(probe))
+    big = np.tile(np.array(probe, dtype=np.int64), reps) * scale
+    assert len(big) >= HASH_PROBES
+    bounds = index.bounds(big)
+    probe_idx, pos = index.probe(big, bounds)
+    got = sorted(zip(probe_idx.tolist(), pos.tolist(), strict=True))
+    expected = sorted((i, p) for i, k in enumerate(big // scale) for p in where.get(int(k), []))
+    assert got == expected
+    counts = index.counts(big, bounds)
+    assert counts.tolist() == [len(where.get(int(k), [])) for k in big // scale]
+    assert (index.counts(big[:5]) == counts[:5]).all()  # the searchsorted path agrees
