@@ -93,6 +93,30 @@ ALLOWED: dict[type[exp.Expression], frozenset[str]] = {
     exp.Sqrt: _UNARY,
     exp.Ln: _UNARY,
     exp.Nullif: _BINARY,
+    exp.NullSafeEQ: _BINARY,  # IS NOT DISTINCT FROM
+    exp.NullSafeNEQ: _BINARY,  # IS DISTINCT FROM
+    exp.Substring: frozenset({"this", "start", "length"}),
+    exp.Trim: frozenset({"this", "expression", "position"}),
+    exp.Concat: frozenset({"expressions", "safe", "coalesce"}),  # DuckDB's: NULLs skipped
+    exp.ConcatWs: frozenset({"expressions", "safe", "coalesce"}),
+    exp.Replace: frozenset({"this", "expression", "replacement"}),
+    exp.Left: _BINARY,
+    exp.Right: _BINARY,
+    exp.Pad: frozenset({"this", "expression", "fill_pattern", "is_left"}),
+    exp.SplitPart: frozenset({"this", "delimiter", "part_index"}),
+    exp.StrPosition: frozenset({"this", "substr"}),  # strpos, instr, position(a IN b)
+    exp.StartsWith: _BINARY,
+    exp.Contains: _BINARY,
+    exp.RegexpLike: frozenset({"this", "expression", "flag"}),  # regexp_matches
+    exp.RegexpReplace: frozenset({"this", "expression", "replacement", "modifiers"})
+    | {"single_replace"},
+    exp.RegexpExtract: frozenset({"this", "expression", "group", "null_if_pos_overflow"}),
+    exp.Pow: _BINARY,
+    exp.Log: _BINARY,  # log(x) = log10(x), log(b, x)
+    exp.Exp: _UNARY,
+    exp.Sign: _UNARY,
+    exp.Greatest: frozenset({"this", "expressions", "ignore_nulls"}),
+    exp.Least: frozenset({"this", "expressions", "ignore_nulls"}),
     exp.Anonymous: frozenset({"this", "expressions"}),  # registered Python functions
     # aggregates (planner.py): one argument each; COUNT(*) and COUNT(DISTINCT x)
     exp.Count: frozenset({"this", "big_int"}),
@@ -128,6 +152,7 @@ REQUIRED: dict[type[exp.Expression], frozenset[str]] = {
     exp.Cast: frozenset({"this", "to"}),
     exp.TryCast: frozenset({"this", "to"}),
     exp.Escape: _BINARY,
+    exp.Pad: frozenset({"this", "expression", "fill_pattern"}),  # lpad(s, n) has no default
 }
 
 #: Arguments whose values are restricted (compared upper-case).
@@ -264,6 +289,11 @@ def validate(root: exp.Expression, functions: Collection[str] = ()) -> None:
                 allowed = frozenset(node.args)
             else:
                 raise refuse(node, node_name(node))
+        if kind is exp.Concat and not node.args.get("safe"):
+            # sqlglot reads 'a' 'b' as concat('a', 'b'); DuckDB's parser rejects it.
+            raise SqlSyntaxError(
+                f"SQL syntax error: adjacent string literals need || between them: {describe(node)}"
+            )
         if depth > MAX_EXPRESSION_DEPTH:
             top = node  # name the whole expression, not its deepest leaf
             while top.parent is not None and not isinstance(top.parent, _CLAUSES):
