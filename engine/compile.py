@@ -752,16 +752,29 @@ def _trim(where: str) -> Callable[..., Any]:
     return fn
 
 
+def _join_skipping_nulls(*values: Any) -> Any:
+    """``texts`` (all but the last operand) joined with the separator (the last, a Python
+    str), NULL texts skipped; '' if all are NULL.
+
+    Each present text gets the separator in front and the first separator is cut off.
+    (Arrow's ``null_handling="skip"`` is not used: in pyarrow 26 it drops the rows where
+    every value is NULL, returning a shorter array.)"""
+    *texts, sep = values
+    prefixed = [
+        pc.if_else(pc.is_valid(t), pc.binary_join_element_wise(sep, t, ""), "") for t in texts
+    ]
+    joined = prefixed[0] if len(prefixed) == 1 else pc.binary_join_element_wise(*prefixed, "")
+    return pc.utf8_slice_codeunits(joined, len(sep), 2**62)
+
+
 def _concat_fn(*values: Any) -> Any:
     """``concat(...)``: every argument as VARCHAR, NULLs skipped (all NULL gives '')."""
-    texts = [_text(v) for v in values]
-    return pc.binary_join_element_wise(*texts, "", null_handling="skip")
+    return _per_params(_join_skipping_nulls, pa.string(), len(values))(*values, pa.scalar(""))
 
 
 def _concat_ws(sep: Any, *values: Any) -> Any:
     """``concat_ws(sep, ...)``: NULL arguments skipped; NULL if the separator is."""
-    texts = [_text(v) for v in values]
-    return pc.binary_join_element_wise(*texts, _text(sep), null_handling="skip")
+    return _per_params(_join_skipping_nulls, pa.string(), len(values))(*values, _text(sep))
 
 
 _REGEX_FLAGS = {"c": "", "i": "i", "s": "s", "g": ""}
@@ -972,6 +985,10 @@ def _compile_function(
     if isinstance(node, exp.StartsWith):
         return _per_params(_starts_with, pa.bool_()), ops("this", "expression")
     if isinstance(node, exp.Contains):
+        this, needle = node.this, node.expression
+        if isinstance(needle, exp.Null) and isinstance(this, exp.Null | exp.Literal):
+            # DuckDB cannot choose among contains() for strings, lists and maps
+            raise UnsupportedQueryError(f"{describe(node)}: cast the NULL to a type")
         return _per_params(_contains, pa.bool_()), ops("this", "expression")
     if isinstance(node, exp.RegexpLike):
         return _per_params(_regexp_matches, pa.bool_()), ops("this", "expression", "flag")
