@@ -10,7 +10,7 @@ or that eddies does not implement raises an :class:`EddiesError` naming the cons
 from __future__ import annotations
 
 import decimal
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from typing import Any, Protocol
 
 import pyarrow as pa
@@ -892,6 +892,177 @@ def _distinct_from(negate: bool) -> Callable[[Any, Any], Any]:
     return fn
 
 
+# --------------------------------------------------------------------- date functions
+def _stamp(v: Any) -> Any:
+    """A DATE or TIMESTAMP operand as a timestamp (a DATE is its midnight)."""
+    v = _plain(v)
+    if v.type == pa.null():
+        return cast_to(v, pa.timestamp("us"))
+    if pa.types.is_date(v.type):
+        return pc.cast(v, pa.timestamp("us"))
+    if not pa.types.is_timestamp(v.type):
+        raise pa.ArrowInvalid(f"expected a DATE or TIMESTAMP, got {v.type}")
+    return v
+
+
+def _i64(v: Any) -> Any:
+    return pc.cast(v, pa.int64())
+
+
+def _epoch_us(t: Any) -> Any:
+    """Microseconds since 1970-01-01 (UTC for TIMESTAMPTZ)."""
+    return _i64(pc.cast(pc.cast(t, pa.timestamp("us", tz=t.type.tz)), pa.int64()))
+
+
+def _sub_second(t: Any) -> Any:
+    """Microseconds within the second, 0..999999."""
+    us = _epoch_us(t)
+    return pc.subtract(us, pc.multiply(pc.floor(pc.divide(pc.cast(us, pa.float64()), 1e6)), 1e6))
+
+
+_PARTS: dict[str, Callable[[Any], Any]] = {
+    "year": lambda t: _i64(pc.year(t)),
+    "quarter": lambda t: _i64(pc.quarter(t)),
+    "month": lambda t: _i64(pc.month(t)),
+    "day": lambda t: _i64(pc.day(t)),
+    "hour": lambda t: _i64(pc.hour(t)),
+    "minute": lambda t: _i64(pc.minute(t)),
+    "second": lambda t: _i64(pc.second(t)),
+    "millisecond": lambda t: _i64(
+        pc.add(pc.multiply(_i64(pc.second(t)), 1000), pc.divide(_i64(_sub_second(t)), 1000))
+    ),
+    "microsecond": lambda t: _i64(
+        pc.add(pc.multiply(_i64(pc.second(t)), 1_000_000), _i64(_sub_second(t)))
+    ),
+    "dow": lambda t: _i64(pc.day_of_week(t, count_from_zero=True, week_start=7)),
+    "isodow": lambda t: _i64(pc.day_of_week(t, count_from_zero=False, week_start=1)),
+    "doy": lambda t: _i64(pc.day_of_year(t)),
+    "week": lambda t: _i64(pc.iso_week(t)),
+    "isoyear": lambda t: _i64(pc.iso_year(t)),
+    "epoch": lambda t: pc.divide(pc.cast(_epoch_us(t), pa.float64()), 1e6),
+}
+_PART_ALIASES = {
+    "years": "year", "y": "year", "yr": "year", "yrs": "year", "months": "month",
+    "mon": "month", "days": "day", "d": "day", "dayofmonth": "day", "hours": "hour",
+    "h": "hour", "hr": "hour", "minutes": "minute", "min": "minute", "m": "minute",
+    "seconds": "second", "s": "second", "sec": "second", "milliseconds": "millisecond",
+    "ms": "millisecond", "microseconds": "microsecond", "us": "microsecond",
+    "dayofweek": "dow", "weekday": "dow", "dayofyear": "doy", "weeks": "week",
+    "w": "week", "weekofyear": "week", "quarters": "quarter",
+}  # fmt: skip
+
+
+def _part_name(unit: str, known: Collection[str], what: str, node: exp.Expression) -> str:
+    """A date part name as DuckDB spells it, or UnsupportedQueryError naming it."""
+    name = unit.lower()
+    name = _PART_ALIASES.get(name, name)
+    if name not in known:
+        raise UnsupportedQueryError(
+            f"{what} {unit!r} is not supported (supported: {', '.join(sorted(known))}): "
+            f"{describe(node)}"
+        )
+    return name
+
+
+def _date_part(part: str) -> Callable[[Any], Any]:
+    """``extract(part FROM x)`` / ``date_part('part', x)`` / ``year(x)`` ...: BIGINT
+    (epoch: DOUBLE seconds) as DuckDB; a DATE is its midnight."""
+    kernel = _PARTS[part]
+    return lambda v: kernel(_stamp(v))
+
+
+_TRUNC_UNITS = (
+    "year", "quarter", "month", "week", "day", "hour", "minute", "second",
+    "millisecond", "microsecond",
+)  # fmt: skip
+
+
+def _date_trunc(unit: str) -> Callable[[Any], Any]:
+    """``date_trunc(unit, x)``: x floored to the unit (weeks start on Monday); a TIMESTAMP
+    for DATE input too, as DuckDB 2.0."""
+
+    def fn(v: Any) -> Any:
+        t = _stamp(v)
+        return pc.floor_temporal(t, unit=unit, week_starts_monday=True)
+
+    return fn
+
+
+def _date_diff(unit: str) -> Callable[[Any, Any], Any]:
+    """``date_diff(unit, start, end)``: the number of unit boundaries crossed from start to
+    end (both floored to the unit first), as DuckDB; weeks are the day count // 7."""
+
+    def fn(start: Any, end: Any) -> Any:
+        a, b = _stamp(start), _stamp(end)
+        if unit in ("year", "quarter", "month"):
+            per = {"year": 1, "quarter": 4, "month": 12}[unit]
+
+            def index(t: Any) -> Any:
+                y = pc.multiply(_i64(pc.year(t)), per)
+                if unit == "year":
+                    return y
+                sub = pc.quarter(t) if unit == "quarter" else pc.month(t)
+                return pc.add(y, _i64(sub))
+
+            return pc.subtract(index(b), index(a))
+        if unit == "week":  # DuckDB: whole weeks of the day difference, truncated
+            return pc.divide(_date_diff("day")(start, end), 7)
+        per_us = {
+            "day": 86_400_000_000, "hour": 3_600_000_000,
+            "minute": 60_000_000, "second": 1_000_000, "millisecond": 1_000,
+            "microsecond": 1,
+        }[unit]  # fmt: skip
+        fa = pc.floor_temporal(a, unit=unit, week_starts_monday=True)
+        fb = pc.floor_temporal(b, unit=unit, week_starts_monday=True)
+        return pc.divide(pc.subtract(_epoch_us(fb), _epoch_us(fa)), per_us)
+
+    return fn
+
+
+_STRFTIME_OK = set("YmdHMSfaAbBjpyI%")
+
+
+def _check_strftime(fmt: str, node: exp.Expression) -> None:
+    """Refuse a strftime format with a directive :func:`_strftime` does not render."""
+    i = 0
+    while i < len(fmt):
+        if fmt[i] == "%":
+            if i + 1 >= len(fmt) or fmt[i + 1] not in _STRFTIME_OK:
+                raise UnsupportedQueryError(
+                    f"strftime format {fmt!r}: directive {fmt[i : i + 2]!r} is not supported: "
+                    f"{describe(node)}"
+                )
+            i += 2
+        else:
+            i += 1
+
+
+def _strftime(v: Any, fmt: str) -> Any:
+    """``strftime(x, format)`` with DuckDB's directives %Y %m %d %H %M %S %f %a %A %b %B %j
+    %p %y %I %%: seconds are whole (Arrow's %S would add the fraction), %f is the
+    six-digit microseconds."""
+    t = _stamp(v)
+    whole = pc.cast(pc.floor_temporal(t, unit="second"), pa.timestamp("s", tz=t.type.tz))
+    pieces = fmt.replace("%%", "\0").split("%f")
+    micro = pc.utf8_lpad(pc.cast(_i64(_sub_second(t)), pa.string()), 6, "0")
+    out: list[Any] = []
+    for k, piece in enumerate(pieces):
+        if k:
+            out.append(micro)
+        if piece:
+            out.append(pc.strftime(whole, format=piece.replace("\0", "%%")))
+    if not out:
+        return pc.if_else(pc.is_valid(t), "", pa.scalar(None, pa.string()))
+    return out[0] if len(out) == 1 else pc.binary_join_element_wise(*out, "")
+
+
+def _make_date(y: Any, m: Any, d: Any) -> Any:
+    """``make_date(year, month, day)``: a DATE; an impossible date is an error."""
+    parts = [pc.cast(cast_to(_plain(x), pa.int64()), pa.string()) for x in (y, m, d)]
+    parts = [pc.utf8_lpad(p, w, "0") for p, w in zip(parts, (4, 2, 2), strict=True)]
+    return pc.cast(pc.binary_join_element_wise(*parts, "-"), pa.date32())
+
+
 def _number(text: str) -> pa.Scalar:
     """A numeric literal typed as DuckDB types it: INTEGER, else BIGINT, else HUGEINT (as
     DECIMAL(38,0)); ``1.5`` is DECIMAL(2,1); exponent notation or > 38 digits is DOUBLE."""
@@ -950,6 +1121,21 @@ def _like(pattern: str, escape: str | None, ignore_case: bool) -> Callable[[Any]
 
 
 _STR = pa.string()
+_PART_FUNCTIONS: dict[type, str] = {
+    exp.Year: "year",
+    exp.Quarter: "quarter",
+    exp.Month: "month",
+    exp.Day: "day",
+    exp.DayOfMonth: "day",
+    exp.Hour: "hour",
+    exp.Minute: "minute",
+    exp.Second: "second",
+    exp.DayOfWeek: "dow",
+    exp.DayOfWeekIso: "isodow",
+    exp.DayOfYear: "doy",
+    exp.Week: "week",
+    exp.TimeToUnix: "epoch",
+}
 
 
 def _compile_function(
@@ -1010,6 +1196,38 @@ def _compile_function(
     if isinstance(node, exp.Greatest | exp.Least):
         operands = [sub(node.this), *[sub(e) for e in node.expressions]]
         return _extreme(isinstance(node, exp.Greatest)), operands
+    if isinstance(node, exp.Extract):
+        part = _part_name(node.this.name, _PARTS, "date part", node)
+        return _date_part(part), ops("expression")
+    if type(node) in _PART_FUNCTIONS:
+        return _date_part(_PART_FUNCTIONS[type(node)]), ops("this")
+    if isinstance(node, exp.Anonymous) and str(node.this).lower() in ("date_part", "datepart"):
+        unit = node.expressions[0] if node.expressions else None
+        if len(node.expressions) != 2 or not (isinstance(unit, exp.Literal) and unit.is_string):
+            raise UnsupportedQueryError(
+                f"{describe(node)}: date_part takes a part name (a string literal) and a value"
+            )
+        return _date_part(_part_name(unit.this, _PARTS, "date part", node)), [
+            sub(node.expressions[1])
+        ]
+    if isinstance(node, exp.Anonymous) and str(node.this).lower() in _PARTS:
+        if len(node.expressions) != 1:
+            raise UnsupportedQueryError(f"{describe(node)} takes one argument")
+        return _date_part(str(node.this).lower()), [sub(node.expressions[0])]
+    if isinstance(node, exp.TimestampTrunc):
+        unit = _part_name(node.args["unit"].name, _TRUNC_UNITS, "date_trunc unit", node)
+        return _date_trunc(unit), ops("this")
+    if isinstance(node, exp.DateDiff):
+        unit = _part_name(node.args["unit"].name, _TRUNC_UNITS, "date_diff unit", node)
+        return _date_diff(unit), ops("expression", "this")
+    if isinstance(node, exp.TimeToStr):
+        fmt = node.args.get("format")
+        if not (isinstance(fmt, exp.Literal) and fmt.is_string):
+            raise UnsupportedQueryError(f"{describe(node)}: the format must be a string literal")
+        _check_strftime(fmt.this, node)
+        return (lambda v, f=fmt.this: _strftime(v, f)), ops("this")
+    if isinstance(node, exp.DateFromParts):
+        return _make_date, ops("year", "month", "day")
     if isinstance(node, exp.NullSafeEQ | exp.NullSafeNEQ):
         return _distinct_from(isinstance(node, exp.NullSafeEQ)), ops("this", "expression")
     return None
@@ -1139,7 +1357,8 @@ def _compile(node: exp.Expression, scope: Scope) -> Expr:
     if isinstance(node, exp.Cast | exp.TryCast):
         safe = isinstance(node, exp.TryCast) or bool(node.args.get("safe"))
         return Call(_cast(_sql_type(node.to), safe), [sub(node.this)], sql)
-    built = _compile_function(node, sub)
+    registered = isinstance(node, exp.Anonymous) and str(node.this).lower() in scope.functions
+    built = None if registered else _compile_function(node, sub)
     if built is not None:
         return Call(built[0], built[1], sql)
     if type(node) in _SQLGLOT_FUNCTIONS:

@@ -115,6 +115,25 @@ ALLOWED: dict[type[exp.Expression], frozenset[str]] = {
     exp.Log: _BINARY,  # log(x) = log10(x), log(b, x)
     exp.Exp: _UNARY,
     exp.Sign: _UNARY,
+    exp.Var: _UNARY,  # a unit name (EXTRACT, date_trunc, date_diff); compile.py checks it
+    exp.TimeToUnix: _UNARY,  # epoch(x)
+    exp.Extract: _BINARY,  # EXTRACT(part FROM x); date_part('part', x) is Anonymous
+    exp.Year: _UNARY,
+    exp.Quarter: _UNARY,
+    exp.Month: _UNARY,
+    exp.Day: _UNARY,
+    exp.DayOfMonth: _UNARY,
+    exp.Hour: _UNARY,
+    exp.Minute: _UNARY,
+    exp.Second: _UNARY,
+    exp.DayOfWeek: _UNARY,
+    exp.DayOfWeekIso: _UNARY,
+    exp.DayOfYear: _UNARY,
+    exp.Week: _UNARY,
+    exp.TimestampTrunc: frozenset({"this", "unit"}),  # date_trunc
+    exp.DateDiff: frozenset({"this", "expression", "unit", "date_part_boundary"}),
+    exp.TimeToStr: frozenset({"this", "format"}),  # strftime
+    exp.DateFromParts: frozenset({"year", "month", "day"}),  # make_date
     exp.Greatest: frozenset({"this", "expressions", "ignore_nulls"}),
     exp.Least: frozenset({"this", "expressions", "ignore_nulls"}),
     exp.Anonymous: frozenset({"this", "expressions"}),  # registered Python functions
@@ -153,6 +172,9 @@ REQUIRED: dict[type[exp.Expression], frozenset[str]] = {
     exp.TryCast: frozenset({"this", "to"}),
     exp.Escape: _BINARY,
     exp.Pad: frozenset({"this", "expression", "fill_pattern"}),  # lpad(s, n) has no default
+    exp.TimestampTrunc: frozenset({"this", "unit"}),
+    exp.DateDiff: frozenset({"this", "expression", "unit"}),
+    exp.DateFromParts: frozenset({"year", "month", "day"}),
 }
 
 #: Arguments whose values are restricted (compared upper-case).

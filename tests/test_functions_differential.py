@@ -1,5 +1,9 @@
 """Differential tests of the built-in scalar functions (issue 14, item 1) against DuckDB.
 
+Families: strings, regular expressions, numbers (with IS [NOT] DISTINCT FROM and ifnull),
+dates and timestamps (extract/date_part, year() and friends, date_trunc, date_diff,
+strftime, make_date).
+
 Hypothesis draws a small table (strings with unicode, empties, separators, duplicates and
 NULLs; integers and doubles with negatives, zero, -0.0, NaN and NULLs) and one to three
 calls, per family, with drawn constant parameters (negative positions, zero, widths past
@@ -10,7 +14,9 @@ DuckDB refuses must raise an EddiesError. Pinned cases name the edge cases one b
 
 from __future__ import annotations
 
+import datetime as dt
 import os
+import re
 
 import duckdb
 import pyarrow as pa
@@ -150,6 +156,65 @@ def number_call(draw) -> str:
     )
 
 
+DATES = [dt.date(2024, 2, 29), dt.date(1969, 12, 31), dt.date(2020, 1, 5), dt.date(2021, 1, 3)]
+STAMPS = [
+    dt.datetime(2020, 1, 5, 12, 34, 56, 789012),
+    dt.datetime(1969, 12, 31, 23, 59, 59, 500000),  # before the epoch, sub-second
+    dt.datetime(2024, 12, 30, 0, 0, 0, 3),  # ISO week 1 of 2025
+    dt.datetime(2021, 1, 3, 23, 0),  # ISO week 53 of 2020
+    dt.datetime(2000, 2, 29, 6, 7, 8),
+]
+
+
+def _date_table(rows: list[tuple]) -> pa.Table:
+    cols = list(zip(*rows, strict=True)) if rows else [[] for _ in range(4)]
+    return pa.table(
+        {
+            "d": pa.array(cols[0], pa.date32()),
+            "ts": pa.array(cols[1], pa.timestamp("us")),
+            "tz": pa.array(cols[2], pa.timestamp("us", tz="UTC")),
+            "y": pa.array(cols[3], pa.int64()),
+        }
+    )
+
+
+DATE_TABLES = st.lists(
+    st.tuples(_maybe(DATES), _maybe(STAMPS), _maybe(STAMPS), _maybe([1999, 2020, 2024])),
+    max_size=10,
+).map(_date_table)
+PARTS = [
+    "year", "quarter", "month", "day", "hour", "minute", "second", "millisecond",
+    "microsecond", "dow", "isodow", "doy", "week", "isoyear", "epoch",
+]  # fmt: skip
+UNITS = [
+    "year", "quarter", "month", "week", "day", "hour", "minute", "second", "millisecond",
+    "microsecond",
+]  # fmt: skip
+FUNCS = ["year", "month", "day", "hour", "minute", "second", "dayofweek", "dayofyear"]
+FUNCS += ["quarter", "week", "isodow", "dayofmonth", "millisecond", "microsecond", "epoch"]
+FORMATS = ["'%Y-%m-%d'", "'%H:%M:%S.%f'", "'%a %A %b %B %j %p %I %y %%'", "'%d/%m %S'"]
+
+
+@st.composite
+def date_call(draw) -> str:
+    x, x2 = draw(st.sampled_from(["d", "ts", "tz"])), draw(st.sampled_from(["d", "ts"]))
+    part, unit = draw(st.sampled_from(PARTS)), draw(st.sampled_from(UNITS))
+    return draw(
+        st.sampled_from(
+            [
+                f"extract({part} FROM {x})",
+                f"date_part('{part}', {x})",
+                f"{draw(st.sampled_from(FUNCS))}({x})",
+                f"date_trunc('{unit}', {x})",
+                f"date_diff('{unit}', {x}, {x2})",
+                f"datediff('{unit}', {x2}, {x})",
+                f"strftime({x}, {draw(st.sampled_from(FORMATS))})",
+                f"make_date(y, {draw(st.integers(1, 12))}, {draw(st.integers(1, 28))})",
+            ]
+        )
+    )
+
+
 def _check(sql: str, table: pa.Table) -> None:
     """``sql`` over ``t`` in DuckDB and in eddies (two policies, batch sizes 7 and default)."""
     tables = {"t": table}
@@ -194,6 +259,12 @@ def test_regex_functions_match_duckdb(table, calls, where):
 @_SETTINGS
 @given(TABLES, st.lists(number_call(), min_size=1, max_size=3), st.booleans())
 def test_number_functions_match_duckdb(table, calls, where):
+    _check(_select(calls, where), table)
+
+
+@_SETTINGS
+@given(DATE_TABLES, st.lists(date_call(), min_size=1, max_size=3), st.booleans())
+def test_date_functions_match_duckdb(table, calls, where):
     _check(_select(calls, where), table)
 
 
@@ -276,6 +347,29 @@ def test_value_errors_name_the_call(sql, message):
 def test_adjacent_string_literals_stay_a_syntax_error():
     with pytest.raises(EddiesError, match=r"adjacent string literals.*line 1, column"):
         execute("SELECT 'a'  'b' FROM t", make_catalog({"t": EDGE}))
+
+
+def test_make_date_of_an_impossible_date_is_an_error():
+    tables = {"t": _date_table([(None, None, None, 2021)])}
+    sql = "SELECT make_date(y, 2, 29) FROM t"
+    with pytest.raises(duckdb.Error):
+        duckdb_table(sql, tables)
+    with pytest.raises(EddiesError, match=r"(?i)make_date"):
+        execute(sql, make_catalog(tables))
+
+
+@pytest.mark.parametrize(
+    "sql, name",
+    [
+        ("SELECT extract(century FROM d) FROM t", "century"),
+        ("SELECT date_trunc('decade', d) FROM t", "decade"),
+        ("SELECT strftime(d, '%Q') FROM t", "%Q"),
+    ],
+)
+def test_unsupported_date_parts_are_named(sql, name):
+    tables = {"t": _date_table([(DATES[0], STAMPS[0], STAMPS[0], 2020)])}
+    with pytest.raises(UnsupportedQueryError, match=f"(?i){re.escape(name)}.*line 1"):
+        execute(sql, make_catalog(tables))
 
 
 def test_unknown_function_is_named():
