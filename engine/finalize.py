@@ -139,7 +139,12 @@ class Finalizer:
                 pre = pre.append_column(f"__nan{j}", pc.is_nan(pre.column(f"__a{j}")))
             grouped = pre.group_by([f"__g{i}" for i in range(n_groups)], use_threads=False)
             agg = grouped.aggregate(
-                [(f"__a{j}", a.function) for j, a in enumerate(spec.aggregates)]
+                [
+                    (f"__a{j}", a.function)
+                    if a.options is None
+                    else (f"__a{j}", a.function, a.options)
+                    for j, a in enumerate(spec.aggregates)
+                ]
                 + [(f"__nan{j}", "any") for j in nan_max]
             )
             output_names = {
@@ -155,7 +160,7 @@ class Finalizer:
         else:
             agg = pa.table(
                 {
-                    f"__a{j}": [_scalar_aggregate(pre.column(f"__a{j}"), a.function)]
+                    f"__a{j}": [_scalar_aggregate(pre.column(f"__a{j}"), a.function, a.options)]
                     for j, a in enumerate(spec.aggregates)
                 }
             )
@@ -177,7 +182,11 @@ class Finalizer:
         return pa.table(cols)
 
 
-def _scalar_aggregate(values: pa.ChunkedArray, function: str) -> Any:
+def _scalar_aggregate(values: pa.ChunkedArray, function: str, options: Any = None) -> Any:
+    if options is not None:  # stddev, variance, all, any, first: NULL over no values
+        if values.type == pa.null() or len(values) == 0:
+            return None
+        return getattr(pc, function)(values, options=options).as_py()
     if function == "count":
         return pc.count(values).as_py()
     if function == "count_distinct":
@@ -205,6 +214,8 @@ def _group_value(values: pa.Array) -> pa.Array:
 def _aggregate_input(values: pa.Array, function: str) -> pa.Array:
     """Types as DuckDB aggregates them: AVG(decimal) is a double, SUM(decimal) widens to 38
     digits, COUNT(DISTINCT) folds -0.0 onto 0.0."""
+    if function in ("stddev", "variance") and not pa.types.is_floating(values.type):
+        return values.cast(pa.float64())  # DuckDB computes them in DOUBLE
     if pa.types.is_decimal(values.type):
         if function == "mean":
             return values.cast(pa.float64())

@@ -23,8 +23,10 @@ implementation (eddies-in-postgresql §2).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 from sqlglot import exp
 
 from eddies.engine.catalog import Catalog, CatalogTable
@@ -60,6 +62,19 @@ LOOKUP_WORK_MIN = 64
 MAX_PREDICATES = 62
 
 AGGREGATES = {exp.Count: "count", exp.Sum: "sum", exp.Avg: "mean", exp.Min: "min", exp.Max: "max"}
+#: Aggregates run by a pyarrow hash kernel with options: node type -> (kernel, options).
+#: DuckDB's sample statistics are NULL for one value (ddof=1 gives that); bool_and/bool_or
+#: and any_value skip NULLs and are NULL for a group of NULLs (min_count=1).
+OPTION_AGGREGATES: dict[type, tuple[str, Any]] = {
+    exp.Stddev: ("stddev", pc.VarianceOptions(ddof=1)),
+    exp.StddevSamp: ("stddev", pc.VarianceOptions(ddof=1)),
+    exp.StddevPop: ("stddev", pc.VarianceOptions(ddof=0)),
+    exp.Variance: ("variance", pc.VarianceOptions(ddof=1)),
+    exp.VariancePop: ("variance", pc.VarianceOptions(ddof=0)),
+    exp.LogicalAnd: ("all", pc.ScalarAggregateOptions(skip_nulls=True, min_count=1)),
+    exp.LogicalOr: ("any", pc.ScalarAggregateOptions(skip_nulls=True, min_count=1)),
+    exp.AnyValue: ("first", pc.ScalarAggregateOptions(skip_nulls=True, min_count=1)),
+}
 
 
 class BaseScope:
@@ -157,6 +172,7 @@ class AggregateCall:
     function: str
     arg: Expr
     sql: str
+    options: Any = None  # pyarrow FunctionOptions for the kernel, if any
 
 
 @dataclass
@@ -772,7 +788,7 @@ def _plan_finalize(
         for i, g in enumerate(groups):
             if node == g:
                 return exp.column(f"__g{i}")
-        if isinstance(node, exp.AggFunc):
+        if _is_aggregate(node):
             key = node.sql(dialect="duckdb")
             if key not in aggregate_sql:
                 aggregate_sql[key] = len(spec.aggregates)
@@ -801,8 +817,50 @@ def _plan_finalize(
     return spec
 
 
-def _aggregate_call(node: exp.AggFunc, scope: BaseScope) -> AggregateCall:
+def _is_aggregate(node: exp.Expression) -> bool:
+    """An aggregate call: an AggFunc, ``agg FILTER (WHERE ...)``, ``any_value`` (which
+    sqlglot wraps in IGNORE NULLS)."""
+    if isinstance(node, exp.Filter | exp.IgnoreNulls):
+        return isinstance(node.this, exp.AggFunc)
+    return isinstance(node, exp.AggFunc) and not isinstance(
+        node.parent, exp.Filter | exp.IgnoreNulls
+    )
+
+
+def _aggregate_call(node: exp.Expression, scope: BaseScope) -> AggregateCall:
     sql = node.sql(dialect="duckdb")
+    if isinstance(node, exp.IgnoreNulls):
+        node = node.this  # any_value ignores NULLs anyway
+    if isinstance(node, exp.Filter):
+        # agg(x) FILTER (WHERE c) is agg(CASE WHEN c THEN x END): every aggregate here
+        # skips NULLs, and COUNT(*) counts the rows where c holds.
+        inner = node.this.copy()
+        if isinstance(inner, exp.IgnoreNulls):
+            inner = inner.this
+        cond = node.expression.this
+        if isinstance(inner.this, exp.Star):
+            arg: exp.Expression = exp.Literal.number(1)
+        elif isinstance(inner.this, exp.Distinct):
+            arg = inner.this.expressions[0] if len(inner.this.expressions) == 1 else None
+            if arg is None:
+                raise UnsupportedQueryError(f"{describe(node)}: DISTINCT takes one argument")
+        else:
+            arg = inner.this
+        guarded = exp.Case(ifs=[exp.If(this=cond.copy(), true=arg.copy())])
+        if isinstance(inner.this, exp.Distinct):
+            guarded = exp.Distinct(expressions=[guarded])
+        inner.set("this", guarded)
+        call = _aggregate_call(inner, scope)
+        call.sql = sql
+        return call
+    if type(node) in OPTION_AGGREGATES:
+        function, options = OPTION_AGGREGATES[type(node)]
+        arg = node.this
+        if arg is None or isinstance(arg, exp.Star | exp.Distinct) or node.expressions:
+            raise UnsupportedQueryError(f"aggregate {describe(node)} takes exactly one argument")
+        if arg.find(exp.AggFunc):
+            raise UnsupportedQueryError(f"nested aggregate in {describe(node)} is not supported")
+        return AggregateCall(function, compile_expr(arg, scope), sql, options)
     function = AGGREGATES.get(type(node))
     if function is None:
         raise UnsupportedQueryError(f"aggregate {describe(node)} is not supported")
@@ -828,6 +886,19 @@ def _aggregate_type(call: AggregateCall, types: dict, node: exp.Expression) -> p
     arg_type = check_types(call.arg, types, node)
     if call.function in ("count", "count_distinct"):
         return pa.int64()
+    if call.function in ("stddev", "variance"):
+        if not (
+            pa.types.is_integer(arg_type)
+            or pa.types.is_floating(arg_type)
+            or pa.types.is_decimal(arg_type)
+            or arg_type == pa.null()
+        ):
+            raise QueryTypeError(f"{describe(node)} needs a number, not {arg_type}")
+        return pa.float64()
+    if call.function in ("all", "any"):
+        if not (pa.types.is_boolean(arg_type) or arg_type == pa.null()):
+            raise QueryTypeError(f"{describe(node)} needs a BOOLEAN, not {arg_type}")
+        return pa.bool_()
     if call.function == "mean":
         if not (
             pa.types.is_integer(arg_type)

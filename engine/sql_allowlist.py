@@ -143,6 +143,16 @@ ALLOWED: dict[type[exp.Expression], frozenset[str]] = {
     exp.Avg: _UNARY,
     exp.Min: _UNARY,
     exp.Max: _UNARY,
+    exp.Stddev: _UNARY,
+    exp.StddevSamp: _UNARY,
+    exp.StddevPop: _UNARY,
+    exp.Variance: _UNARY,  # var_samp, variance
+    exp.VariancePop: _UNARY,
+    exp.LogicalAnd: _UNARY,  # bool_and
+    exp.LogicalOr: _UNARY,  # bool_or
+    exp.AnyValue: _UNARY,
+    exp.IgnoreNulls: _UNARY,  # sqlglot wraps any_value(x) in it; planner.py unwraps
+    exp.Filter: _BINARY,  # agg FILTER (WHERE ...): planner.py rewrites it
 }
 
 #: Arguments that must be present and non-empty (a missing one is a syntax error in DuckDB;
