@@ -818,26 +818,28 @@ def _plan_finalize(
 
 
 def _is_aggregate(node: exp.Expression) -> bool:
-    """An aggregate call: an AggFunc, ``agg FILTER (WHERE ...)``, ``any_value`` (which
-    sqlglot wraps in IGNORE NULLS)."""
-    if isinstance(node, exp.Filter | exp.IgnoreNulls):
-        return isinstance(node.this, exp.AggFunc)
-    return isinstance(node, exp.AggFunc) and not isinstance(
-        node.parent, exp.Filter | exp.IgnoreNulls
-    )
+    """An aggregate call: an AggFunc, or the outermost of ``agg FILTER (WHERE ...)`` and
+    the IGNORE NULLS that sqlglot wraps ``any_value`` in."""
+    wrappers = exp.Filter | exp.IgnoreNulls
+    if isinstance(node.parent, wrappers) and node.arg_key == "this":
+        return False
+    while isinstance(node, wrappers):
+        node = node.this
+    return isinstance(node, exp.AggFunc)
 
 
 def _aggregate_call(node: exp.Expression, scope: BaseScope) -> AggregateCall:
     sql = node.sql(dialect="duckdb")
-    if isinstance(node, exp.IgnoreNulls):
-        node = node.this  # any_value ignores NULLs anyway
-    if isinstance(node, exp.Filter):
+    filters = []
+    while isinstance(node, exp.Filter | exp.IgnoreNulls):  # any_value ignores NULLs anyway
+        if isinstance(node, exp.Filter):
+            filters.append(node.expression.this)
+        node = node.this
+    if filters:
         # agg(x) FILTER (WHERE c) is agg(CASE WHEN c THEN x END): every aggregate here
         # skips NULLs, and COUNT(*) counts the rows where c holds.
-        inner = node.this.copy()
-        if isinstance(inner, exp.IgnoreNulls):
-            inner = inner.this
-        cond = node.expression.this
+        inner = node.copy()
+        cond = exp.and_(*[f.copy() for f in filters]) if len(filters) > 1 else filters[0]
         if isinstance(inner.this, exp.Star):
             arg: exp.Expression = exp.Literal.number(1)
         elif isinstance(inner.this, exp.Distinct):
