@@ -39,7 +39,7 @@ ALLOWED: dict[type[exp.Expression], frozenset[str]] = {
     exp.Where: _UNARY,
     exp.Having: _UNARY,
     exp.Group: frozenset({"expressions"}),
-    exp.Order: frozenset({"expressions"}),
+    exp.Order: frozenset({"this", "expressions"}),  # this: string_agg(s ORDER BY k)
     exp.Ordered: frozenset({"this", "desc", "nulls_first"}),
     exp.Limit: frozenset({"expression"}),
     exp.Offset: frozenset({"expression"}),
@@ -152,7 +152,13 @@ ALLOWED: dict[type[exp.Expression], frozenset[str]] = {
     exp.LogicalOr: _UNARY,  # bool_or
     exp.AnyValue: _UNARY,
     exp.IgnoreNulls: _UNARY,  # sqlglot wraps any_value(x) in it; planner.py unwraps
-    exp.Filter: _BINARY,  # agg FILTER (WHERE ...): planner.py rewrites it
+    exp.Filter: _BINARY,
+    exp.Median: _UNARY,
+    exp.PercentileCont: _BINARY,  # quantile_cont(x, q)
+    exp.ArgMin: _BINARY,
+    exp.ArgMax: _BINARY,
+    exp.GroupConcat: frozenset({"this", "separator"}),  # string_agg, ORDER BY as this
+    # agg FILTER (WHERE ...): planner.py rewrites it
 }
 
 #: Arguments that must be present and non-empty (a missing one is a syntax error in DuckDB;

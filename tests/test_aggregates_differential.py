@@ -1,11 +1,12 @@
-"""Differential tests of the statistical and boolean aggregates and FILTER (issue 14,
-item 2) against DuckDB.
+"""Differential tests of the statistical, boolean, quantile, arg and string aggregates and
+FILTER (issue 14, item 2) against DuckDB.
 
 Hypothesis draws a table (group keys with NULLs, integers, doubles with NaN, decimals,
 booleans, strings, all with NULLs and duplicates) and a GROUP BY or global query over one
 to three aggregates, some with FILTER (WHERE ...), under two policies at batch sizes 7 and
-the default; results must equal DuckDB's as bags. ``any_value`` is drawn only over values
-that are fixed per group (DuckDB and eddies may pick different ones otherwise).
+the default; results must equal DuckDB's as bags. ``any_value``, ``arg_min``/``arg_max``
+and ``string_agg`` are drawn only where ties or the choice of row cannot change the answer
+(DuckDB and eddies may pick different rows otherwise).
 """
 
 from __future__ import annotations
@@ -79,6 +80,17 @@ AGGREGATES = [
     "min(s)",
     "max({n})",
     "count(DISTINCT s)",
+    "median({n})",
+    "quantile_cont({n}, 0.25)",
+    "quantile_cont({n}, 1)",
+    # arg_min/arg_max and string_agg only where ties cannot change the answer
+    "arg_min(k * 2, k)",
+    "arg_max(CAST(x AS VARCHAR), x)",
+    "arg_min(s, s)",
+    "arg_max(g, k)",
+    "string_agg(s, ',' ORDER BY s)",
+    "string_agg(CAST(k AS VARCHAR), '-' ORDER BY k DESC NULLS FIRST)",
+    "string_agg(s ORDER BY s DESC)",
 ]
 NUMBERS = ["k", "x", "m", "k * 2 + 1", "CAST(k AS DOUBLE) / 3"]
 CONDITIONS = ["k > 0", "b", "NOT b", "x IS NULL", "s <> ''", "g = 2", "k > 1000"]
@@ -152,6 +164,11 @@ EDGE = _table(
         "SELECT count(DISTINCT s) FILTER (WHERE g IS NOT NULL) FROM t",
         "SELECT g FROM t GROUP BY g HAVING count(*) FILTER (WHERE b) > 0",
         "SELECT g, max(x) FILTER (WHERE x > 0) AS mx FROM t GROUP BY g ORDER BY mx",
+        "SELECT g, median(k), median(x), median(m), quantile_cont(m, 0.3) FROM t GROUP BY g",
+        "SELECT median(k), quantile_cont(x, 0.9) FROM t WHERE k > 1000",
+        "SELECT g, arg_min(s, k), arg_max(s, k), arg_max(k, x) FROM t GROUP BY g",
+        "SELECT g, string_agg(s, '|' ORDER BY k DESC, s) FROM t GROUP BY g",
+        "SELECT string_agg(s, ',' ORDER BY s) FILTER (WHERE k > 0) FROM t",
     ],
 )
 def test_pinned_aggregate_cases(sql):
