@@ -786,6 +786,8 @@ def _regex(pattern: str, flags: str | None) -> tuple[str, bool]:
     flags = flags or ""
     inline = ""
     for f in flags:
+        if f in "mnpl":  # DuckDB's newline-sensitive and literal options
+            raise pa.ArrowInvalid(f"regex option {f!r} is not supported by eddies")
         if f not in _REGEX_FLAGS:
             raise pa.ArrowInvalid(f"Unrecognized Regex option {f}")
         inline = inline.replace("i", "") if f == "c" else inline + _REGEX_FLAGS[f]
@@ -794,7 +796,9 @@ def _regex(pattern: str, flags: str | None) -> tuple[str, bool]:
 
 def _regexp_matches(s: Any, pattern: str, flags: str | None = None) -> Any:
     """``regexp_matches(s, pattern[, options])``: true if the RE2 pattern matches anywhere."""
-    pattern, _ = _regex(pattern, flags)
+    pattern, every = _regex(pattern, flags)
+    if every:
+        raise pa.ArrowInvalid("Option 'g' (global replace) is only valid for regexp_replace")
     return pc.match_substring_regex(s, pattern)
 
 

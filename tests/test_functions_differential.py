@@ -107,7 +107,7 @@ REGEX = st.sampled_from(["'l+'", "'^h'", "'[aeiou]'", "'(a)(b)?'", "'b$'", "'.'"
 @st.composite
 def regex_call(draw) -> str:
     s, r = draw(TEXT), draw(REGEX)
-    flags = draw(st.sampled_from(["", ", 'i'", ", 'c'", ", 'g'", ", 'gi'"]))
+    flags = draw(st.sampled_from(["", ", 'i'", ", 'c'", ", 'g'", ", 'gi'", ", 'ic'", ", 's'"]))
     group = draw(st.integers(0, 3))
     reps = ["'_'", "''", "'\\0\\0'"]
     if r == "'(a)(b)?'":  # a group reference to a group the pattern lacks is an error
@@ -116,7 +116,7 @@ def regex_call(draw) -> str:
     return draw(
         st.sampled_from(
             [
-                f"regexp_matches({s}, {r}{flags.replace('g', '')})",
+                f"regexp_matches({s}, {r}{flags})",  # 'g' is an error there
                 f"regexp_replace({s}, {r}, {rep}{flags})",
                 f"regexp_extract({s}, {r}, {group})",
                 f"regexp_extract({s}, {r})",
@@ -334,6 +334,7 @@ def test_pinned_function_edge_cases(call):
     [
         ("SELECT lpad(s, 9, '') FROM t", "Insufficient padding in LPAD"),
         ("SELECT regexp_matches(s, 'a', 'x') FROM t", "Unrecognized Regex option x"),
+        ("SELECT regexp_matches(s, 'a', 'g') FROM t", "only valid for regexp_replace"),
         ("SELECT regexp_extract(s, 'a', 10) FROM t", "Group index must be between 0 and 9"),
     ],
 )
