@@ -10,7 +10,7 @@ or that eddies does not implement raises an :class:`EddiesError` naming the cons
 from __future__ import annotations
 
 import decimal
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from typing import Any, Protocol
 
 import pyarrow as pa
@@ -570,6 +570,503 @@ _SQLGLOT_FUNCTIONS: dict[type, str] = {
 }
 
 
+# ------------------------------------------------------------------- string functions
+# DuckDB's string functions count characters (code points), as Arrow's utf8_* kernels do.
+# Their non-string parameters (positions, widths, patterns) are nearly always constants:
+# a kernel runs once per batch with them; a parameter that is a column runs the kernel
+# once per distinct parameter value (still vectorized), see _per_params.
+
+
+def _text(v: Any) -> Any:
+    """A string operand: dictionary decoded, NULL typed as VARCHAR, other types cast as
+    DuckDB casts them to VARCHAR."""
+    v = _plain(v)
+    if v.type == pa.null():
+        return cast_to(v, pa.string())
+    return convert(v, pa.string())  # large_string too: one result type
+
+
+def _per_params(
+    kernel: Callable[..., Any], out_type: pa.DataType, n_text: int = 1
+) -> Callable[..., Any]:
+    """Call ``kernel(*texts, *params)`` with ``params`` as Python values.
+
+    The first ``n_text`` operands are string columns or scalars; the rest are parameters.
+    Where a parameter is NULL the result is NULL. Where parameters are arrays, the kernel
+    runs once per distinct combination and the results are merged by mask.
+    """
+
+    def fn(*values: Any) -> Any:
+        from eddies.router.expressions import broadcast
+
+        lengths = [len(v) for v in values if not isinstance(v, pa.Scalar)]
+        n = max(lengths, default=1)
+        texts = [broadcast(_text(v), n) for v in values[:n_text]]  # kernels want arrays
+        params = [_plain(p) for p in values[n_text:]]
+        if all(isinstance(p, pa.Scalar) for p in params):
+            if not all(p.is_valid for p in params):
+                out = pa.nulls(n, out_type)
+            else:
+                out = kernel(*texts, *[p.as_py() for p in params])
+        else:
+            cols = [broadcast(p, n) for p in params]
+            names = [f"p{i}" for i in range(len(cols))]
+            table = pa.table(dict(zip(names, cols, strict=True)))
+            out = pa.nulls(n, out_type)
+            for row in table.group_by(names).aggregate([]).to_pylist():
+                if any(row[k] is None for k in names):
+                    continue  # a NULL parameter: the result stays NULL
+                mask = pc.equal(cols[0], pa.scalar(row["p0"], cols[0].type))
+                for k, col in zip(names[1:], cols[1:], strict=True):
+                    mask = pc.and_(mask, pc.equal(col, pa.scalar(row[k], col.type)))
+                result = kernel(*texts, *[row[k] for k in names])
+                out = pc.if_else(pc.fill_null(mask, False), result, out)
+        return out if lengths else out[0]
+
+    return fn
+
+
+def _slice(s: Any, start: int, stop: int | None) -> Any:
+    """Characters ``[start, stop)`` (0-based, Python slice rules)."""
+    return pc.utf8_slice_codeunits(s, start, stop if stop is not None else 2**62)
+
+
+def _from_end(s: Any, start: int, stop: int | None) -> Any:
+    """Characters ``[start, stop)`` counted 0-based from the end of the string."""
+    return pc.utf8_reverse(_slice(pc.utf8_reverse(s), start, stop))
+
+
+def _substring(s: Any, start: int, length: int | None = None) -> Any:
+    """``substring(s, start[, length])`` as DuckDB: 1-based; a negative start counts from
+    the end (-1 is the last character); a negative length takes the characters before
+    ``start``; the range is clipped to the string. Negative starts are taken on the
+    reversed string so that no per-row length is needed."""
+    if start >= 0:
+        if length is None:
+            return _slice(s, max(start - 1, 0), None)
+        lo, hi = (start, start + length) if length >= 0 else (start + length, start)
+        return _slice(s, max(lo - 1, 0), max(hi - 1, 0))
+    p = -start  # position counted from the end, 1 = last
+    if length is None:
+        return _from_end(s, 0, p)
+    lo, hi = (p - length, p) if length >= 0 else (p, p - length)
+    return _from_end(s, max(lo, 0), max(hi, 0))
+
+
+def _left(s: Any, k: int) -> Any:
+    """``left(s, k)``: the first k characters; k < 0 drops the last -k."""
+    if k >= 0:
+        return _slice(s, 0, k)
+    return _from_end(s, -k, None)
+
+
+def _right(s: Any, k: int) -> Any:
+    """``right(s, k)``: the last k characters; k < 0 drops the first -k."""
+    if k >= 0:
+        return _from_end(s, 0, k)
+    return _slice(s, -k, None)
+
+
+def _pad(left: bool) -> Callable[[Any, int, str], Any]:
+    """``lpad``/``rpad(s, width, fill)`` as DuckDB: longer strings are cut to ``width``
+    characters; the fill pattern repeats (and is cut) to the width; an empty pattern that
+    would be needed is an error."""
+
+    def fn(s: Any, width: int, fill: str) -> Any:
+        width = max(width, 0)
+        cut = _slice(s, 0, width)
+        missing = pc.subtract(
+            pa.scalar(width, pa.int64()), pc.cast(pc.utf8_length(cut), pa.int64())
+        )
+        if not fill:
+            if (
+                pc.any(pc.greater(missing, 0)).as_py()
+                if isinstance(missing, pa.Array)
+                else (missing.is_valid and missing.as_py() > 0)
+            ):
+                raise pa.ArrowInvalid(f"Insufficient padding in {'LPAD' if left else 'RPAD'}")
+            return cut
+        m = len(fill)
+        whole = pc.binary_repeat(pa.scalar(fill), pc.divide(missing, m))
+        rem = pc.subtract(missing, pc.multiply(pc.divide(missing, m), m))
+        part = pa.scalar("", pa.string())
+        for r in range(1, m):  # the cut-off end of the pattern: m distinct lengths at most
+            part = pc.if_else(pc.equal(rem, r), pa.scalar(fill[:r]), part)
+        padding = pc.binary_join_element_wise(whole, part, "")
+        pieces = (padding, cut) if left else (cut, padding)
+        return pc.cast(pc.binary_join_element_wise(*pieces, ""), s.type)
+
+    return fn
+
+
+def _split_part(s: Any, delimiter: str, index: int) -> Any:
+    """``split_part(s, delimiter, index)``: the index-th field (1-based; negative counts from
+    the end); '' where there is no such field; an empty delimiter splits into characters."""
+    if index == 0:
+        return pc.if_else(pc.is_valid(s), pa.scalar("", s.type), pa.scalar(None, s.type))
+    if delimiter == "":
+        return _substring(s, index, 1)
+    parts = pc.split_pattern(s, delimiter)
+    count = pc.list_value_length(parts)
+    if index > 0:  # one field or none per row: a list of at most one, joined with ''
+        return pc.binary_join(pc.list_slice(parts, index - 1, index), "")
+    # Negative index: fields counted from the end. A one-character delimiter splits the
+    # reversed string the same way; a longer one may overlap itself, so rows are taken per
+    # distinct field count instead (vectorized per count).
+    if len(delimiter) == 1:
+        rparts = pc.split_pattern(pc.utf8_reverse(s), delimiter)
+        return pc.utf8_reverse(pc.binary_join(pc.list_slice(rparts, -index - 1, -index), ""))
+    out = pc.if_else(pc.is_valid(s), pa.scalar("", s.type), pa.scalar(None, s.type))
+    for c in pc.unique(count).to_pylist():
+        if c is None or c + index < 0:
+            continue
+        field = pc.binary_join(pc.list_slice(parts, c + index, c + index + 1), "")
+        out = pc.if_else(pc.fill_null(pc.equal(count, c), False), field, out)
+    return out
+
+
+def _strpos(s: Any, sub: str) -> Any:
+    """``strpos(s, sub)``: 1-based character position of the first occurrence, 0 if none."""
+    if sub == "":
+        return pc.if_else(pc.is_valid(s), pa.scalar(1, pa.int64()), pa.scalar(None, pa.int64()))
+    before = pc.split_pattern(s, sub, max_splits=1)
+    found = pc.equal(pc.list_value_length(before), 2)
+    head = pc.cast(pc.utf8_length(pc.list_element(before, 0)), pa.int64())
+    return pc.if_else(found, pc.add(head, pa.scalar(1, pa.int64())), pa.scalar(0, pa.int64()))
+
+
+def _replace(s: Any, old: str, new: str) -> Any:
+    """``replace(s, old, new)``: every occurrence; an empty ``old`` changes nothing."""
+    if old == "":
+        return s
+    return pc.replace_substring(s, old, new)
+
+
+def _trim(where: str) -> Callable[..., Any]:
+    """``trim``/``ltrim``/``rtrim(s[, characters])``: by default spaces only, as DuckDB."""
+    kernel = {"both": pc.utf8_trim, "leading": pc.utf8_ltrim, "trailing": pc.utf8_rtrim}[where]
+
+    def fn(s: Any, characters: str = " ") -> Any:
+        return kernel(s, characters)
+
+    return fn
+
+
+def _join_skipping_nulls(*values: Any) -> Any:
+    """``texts`` (all but the last operand) joined with the separator (the last, a Python
+    str), NULL texts skipped; '' if all are NULL.
+
+    Each present text gets the separator in front and the first separator is cut off.
+    (Arrow's ``null_handling="skip"`` is not used: in pyarrow 26 it drops the rows where
+    every value is NULL, returning a shorter array.)"""
+    *texts, sep = values
+    prefixed = [
+        pc.if_else(pc.is_valid(t), pc.binary_join_element_wise(sep, t, ""), "") for t in texts
+    ]
+    joined = prefixed[0] if len(prefixed) == 1 else pc.binary_join_element_wise(*prefixed, "")
+    return pc.utf8_slice_codeunits(joined, len(sep), 2**62)
+
+
+def _concat_fn(*values: Any) -> Any:
+    """``concat(...)``: every argument as VARCHAR, NULLs skipped (all NULL gives '')."""
+    return _per_params(_join_skipping_nulls, pa.string(), len(values))(*values, pa.scalar(""))
+
+
+def _concat_ws(sep: Any, *values: Any) -> Any:
+    """``concat_ws(sep, ...)``: NULL arguments skipped; NULL if the separator is."""
+    return _per_params(_join_skipping_nulls, pa.string(), len(values))(*values, _text(sep))
+
+
+_REGEX_FLAGS = {"c": "", "i": "i", "s": "s", "g": ""}
+
+
+def _regex(pattern: str, flags: str | None) -> tuple[str, bool]:
+    """A pattern with DuckDB's option letters applied as RE2 inline flags; and whether
+    ``g`` (replace every match) was given. Options DuckDB does not know are errors."""
+    flags = flags or ""
+    inline = ""
+    for f in flags:
+        if f in "mnpl":  # DuckDB's newline-sensitive and literal options
+            raise pa.ArrowInvalid(f"regex option {f!r} is not supported by eddies")
+        if f not in _REGEX_FLAGS:
+            raise pa.ArrowInvalid(f"Unrecognized Regex option {f}")
+        inline = inline.replace("i", "") if f == "c" else inline + _REGEX_FLAGS[f]
+    return (f"(?{inline}){pattern}" if inline else pattern), "g" in flags
+
+
+def _regexp_matches(s: Any, pattern: str, flags: str | None = None) -> Any:
+    """``regexp_matches(s, pattern[, options])``: true if the RE2 pattern matches anywhere."""
+    pattern, every = _regex(pattern, flags)
+    if every:
+        raise pa.ArrowInvalid("Option 'g' (global replace) is only valid for regexp_replace")
+    return pc.match_substring_regex(s, pattern)
+
+
+def _regexp_replace(s: Any, pattern: str, replacement: str, flags: str | None = None) -> Any:
+    """``regexp_replace(s, pattern, replacement[, options])``: the first match (every
+    match with option ``g``) replaced; ``\\1`` names a group (RE2 rewrite syntax)."""
+    pattern, every = _regex(pattern, flags)
+    return pc.replace_substring_regex(
+        s, pattern, replacement, max_replacements=None if every else 1
+    )
+
+
+def _regexp_extract(s: Any, pattern: str, group: int = 0) -> Any:
+    """``regexp_extract(s, pattern[, group])``: the group of the first match ('' if there is
+    no match, or the group did not take part or does not exist); group 0..9."""
+    if not 0 <= group <= 9:
+        raise pa.ArrowInvalid("Group index must be between 0 and 9!")
+    matched = pc.match_substring_regex(s, pattern)  # raises on a bad pattern
+    # Match the whole string around the first match and rewrite it to the wanted group.
+    whole = f"^(?s:.*?)({pattern})(?s:.*)$"
+    try:
+        picked = pc.replace_substring_regex(s, whole, f"\\{group + 1}", max_replacements=1)
+    except pa.ArrowInvalid:  # the group does not exist: DuckDB gives ''
+        picked = pc.if_else(pc.is_valid(s), pa.scalar("", s.type), pa.scalar(None, s.type))
+    return pc.if_else(matched, picked, pa.scalar("", s.type))
+
+
+def _starts_with(s: Any, prefix: str) -> Any:
+    return pc.starts_with(s, prefix)
+
+
+def _contains(s: Any, needle: str) -> Any:
+    return pc.match_substring(s, needle)
+
+
+# ------------------------------------------------------------------- number functions
+def _double(v: Any) -> Any:
+    return cast_to(_plain(v), pa.float64())
+
+
+def _power(a: Any, b: Any) -> Any:
+    """``power(a, b)``: DOUBLE, IEEE results (0^-1 = inf, (-8)^(1/3) = NaN) as DuckDB."""
+    return pc.power(_double(a), _double(b))
+
+
+def _sign(v: Any) -> Any:
+    """``sign(x)``: -1, 0 or 1 as TINYINT; NaN and -0.0 give 0, as DuckDB."""
+    v = _plain(v)
+    if v.type == pa.null():
+        return cast_to(v, pa.int8())
+    if pa.types.is_decimal(v.type):
+        v = cast_to(v, pa.float64())
+    s = pc.sign(v)
+    if pa.types.is_floating(v.type):
+        s = pc.if_else(pc.is_nan(v), pa.scalar(0.0, v.type), s)
+    return pc.cast(s, pa.int8())
+
+
+def _extreme(greatest: bool) -> Callable[..., Any]:
+    """``greatest``/``least``: NULLs ignored (NULL only if all are); NaN is above every
+    number (greatest of anything with a NaN is NaN; least skips it), as DuckDB."""
+
+    def fn(*values: Any) -> Any:
+        values = unify(list(values))
+        if values[0].type == pa.null():
+            return values[0]
+        kernel = pc.max_element_wise if greatest else pc.min_element_wise
+        out = kernel(*values, skip_nulls=True)
+        if pa.types.is_floating(out.type):
+            nans = [pc.fill_null(pc.is_nan(v), False) for v in values]
+            any_nan = nans[0]
+            all_nan = pc.or_(nans[0], pc.is_null(values[0]))
+            for x, v in zip(nans[1:], values[1:], strict=True):
+                any_nan = pc.or_(any_nan, x)
+                all_nan = pc.and_(all_nan, pc.or_(x, pc.is_null(v)))
+            nan = pa.scalar(float("nan"), out.type)
+            out = pc.if_else(any_nan if greatest else pc.and_(all_nan, any_nan), nan, out)
+        return out
+
+    return fn
+
+
+def _distinct_from(negate: bool) -> Callable[[Any, Any], Any]:
+    """``a IS [NOT] DISTINCT FROM b``: equality where NULL equals NULL; never NULL."""
+
+    def fn(a: Any, b: Any) -> Any:
+        a, b = unify([a, b])
+        if a.type == pa.null():
+            same = pa.scalar(True)
+        else:
+            equal = pc.fill_null(_BINARY[exp.EQ](a, b), False)
+            same = pc.or_(equal, pc.and_(pc.is_null(a), pc.is_null(b)))
+        return same if negate else pc.invert(same)
+
+    return fn
+
+
+# --------------------------------------------------------------------- date functions
+def _stamp(v: Any) -> Any:
+    """A DATE or TIMESTAMP operand as a timestamp (a DATE is its midnight)."""
+    v = _plain(v)
+    if v.type == pa.null():
+        return cast_to(v, pa.timestamp("us"))
+    if pa.types.is_date(v.type):
+        return pc.cast(v, pa.timestamp("us"))
+    if not pa.types.is_timestamp(v.type):
+        raise pa.ArrowInvalid(f"expected a DATE or TIMESTAMP, got {v.type}")
+    return v
+
+
+def _i64(v: Any) -> Any:
+    return pc.cast(v, pa.int64())
+
+
+def _epoch_us(t: Any) -> Any:
+    """Microseconds since 1970-01-01 (UTC for TIMESTAMPTZ)."""
+    return _i64(pc.cast(pc.cast(t, pa.timestamp("us", tz=t.type.tz)), pa.int64()))
+
+
+def _sub_second(t: Any) -> Any:
+    """Microseconds within the second, 0..999999."""
+    us = _epoch_us(t)
+    return pc.subtract(us, pc.multiply(pc.floor(pc.divide(pc.cast(us, pa.float64()), 1e6)), 1e6))
+
+
+_PARTS: dict[str, Callable[[Any], Any]] = {
+    "year": lambda t: _i64(pc.year(t)),
+    "quarter": lambda t: _i64(pc.quarter(t)),
+    "month": lambda t: _i64(pc.month(t)),
+    "day": lambda t: _i64(pc.day(t)),
+    "hour": lambda t: _i64(pc.hour(t)),
+    "minute": lambda t: _i64(pc.minute(t)),
+    "second": lambda t: _i64(pc.second(t)),
+    "millisecond": lambda t: _i64(
+        pc.add(pc.multiply(_i64(pc.second(t)), 1000), pc.divide(_i64(_sub_second(t)), 1000))
+    ),
+    "microsecond": lambda t: _i64(
+        pc.add(pc.multiply(_i64(pc.second(t)), 1_000_000), _i64(_sub_second(t)))
+    ),
+    "dow": lambda t: _i64(pc.day_of_week(t, count_from_zero=True, week_start=7)),
+    "isodow": lambda t: _i64(pc.day_of_week(t, count_from_zero=False, week_start=1)),
+    "doy": lambda t: _i64(pc.day_of_year(t)),
+    "week": lambda t: _i64(pc.iso_week(t)),
+    "isoyear": lambda t: _i64(pc.iso_year(t)),
+    "epoch": lambda t: pc.divide(pc.cast(_epoch_us(t), pa.float64()), 1e6),
+}
+_PART_ALIASES = {
+    "years": "year", "y": "year", "yr": "year", "yrs": "year", "months": "month",
+    "mon": "month", "days": "day", "d": "day", "dayofmonth": "day", "hours": "hour",
+    "h": "hour", "hr": "hour", "minutes": "minute", "min": "minute", "m": "minute",
+    "seconds": "second", "s": "second", "sec": "second", "milliseconds": "millisecond",
+    "ms": "millisecond", "microseconds": "microsecond", "us": "microsecond",
+    "dayofweek": "dow", "weekday": "dow", "dayofyear": "doy", "weeks": "week",
+    "w": "week", "weekofyear": "week", "quarters": "quarter",
+}  # fmt: skip
+
+
+def _part_name(unit: str, known: Collection[str], what: str, node: exp.Expression) -> str:
+    """A date part name as DuckDB spells it, or UnsupportedQueryError naming it."""
+    name = unit.lower()
+    name = _PART_ALIASES.get(name, name)
+    if name not in known:
+        raise UnsupportedQueryError(
+            f"{what} {unit!r} is not supported (supported: {', '.join(sorted(known))}): "
+            f"{describe(node)}"
+        )
+    return name
+
+
+def _date_part(part: str) -> Callable[[Any], Any]:
+    """``extract(part FROM x)`` / ``date_part('part', x)`` / ``year(x)`` ...: BIGINT
+    (epoch: DOUBLE seconds) as DuckDB; a DATE is its midnight."""
+    kernel = _PARTS[part]
+    return lambda v: kernel(_stamp(v))
+
+
+_TRUNC_UNITS = (
+    "year", "quarter", "month", "week", "day", "hour", "minute", "second",
+    "millisecond", "microsecond",
+)  # fmt: skip
+
+
+def _date_trunc(unit: str) -> Callable[[Any], Any]:
+    """``date_trunc(unit, x)``: x floored to the unit (weeks start on Monday); a TIMESTAMP
+    for DATE input too, as DuckDB 2.0."""
+
+    def fn(v: Any) -> Any:
+        t = _stamp(v)
+        return pc.floor_temporal(t, unit=unit, week_starts_monday=True)
+
+    return fn
+
+
+def _date_diff(unit: str) -> Callable[[Any, Any], Any]:
+    """``date_diff(unit, start, end)``: the number of unit boundaries crossed from start to
+    end (both floored to the unit first), as DuckDB; weeks are the day count // 7."""
+
+    def fn(start: Any, end: Any) -> Any:
+        a, b = _stamp(start), _stamp(end)
+        if unit in ("year", "quarter", "month"):
+            per = {"year": 1, "quarter": 4, "month": 12}[unit]
+
+            def index(t: Any) -> Any:
+                y = pc.multiply(_i64(pc.year(t)), per)
+                if unit == "year":
+                    return y
+                sub = pc.quarter(t) if unit == "quarter" else pc.month(t)
+                return pc.add(y, _i64(sub))
+
+            return pc.subtract(index(b), index(a))
+        if unit == "week":  # DuckDB: whole weeks of the day difference, truncated
+            return pc.divide(_date_diff("day")(start, end), 7)
+        per_us = {
+            "day": 86_400_000_000, "hour": 3_600_000_000,
+            "minute": 60_000_000, "second": 1_000_000, "millisecond": 1_000,
+            "microsecond": 1,
+        }[unit]  # fmt: skip
+        fa = pc.floor_temporal(a, unit=unit, week_starts_monday=True)
+        fb = pc.floor_temporal(b, unit=unit, week_starts_monday=True)
+        return pc.divide(pc.subtract(_epoch_us(fb), _epoch_us(fa)), per_us)
+
+    return fn
+
+
+_STRFTIME_OK = set("YmdHMSfaAbBjpyI%")
+
+
+def _check_strftime(fmt: str, node: exp.Expression) -> None:
+    """Refuse a strftime format with a directive :func:`_strftime` does not render."""
+    i = 0
+    while i < len(fmt):
+        if fmt[i] == "%":
+            if i + 1 >= len(fmt) or fmt[i + 1] not in _STRFTIME_OK:
+                raise UnsupportedQueryError(
+                    f"strftime format {fmt!r}: directive {fmt[i : i + 2]!r} is not supported: "
+                    f"{describe(node)}"
+                )
+            i += 2
+        else:
+            i += 1
+
+
+def _strftime(v: Any, fmt: str) -> Any:
+    """``strftime(x, format)`` with DuckDB's directives %Y %m %d %H %M %S %f %a %A %b %B %j
+    %p %y %I %%: seconds are whole (Arrow's %S would add the fraction), %f is the
+    six-digit microseconds."""
+    t = _stamp(v)
+    whole = pc.cast(pc.floor_temporal(t, unit="second"), pa.timestamp("s", tz=t.type.tz))
+    pieces = fmt.replace("%%", "\0").split("%f")
+    micro = pc.utf8_lpad(pc.cast(_i64(_sub_second(t)), pa.string()), 6, "0")
+    out: list[Any] = []
+    for k, piece in enumerate(pieces):
+        if k:
+            out.append(micro)
+        if piece:
+            out.append(pc.strftime(whole, format=piece.replace("\0", "%%")))
+    if not out:
+        return pc.if_else(pc.is_valid(t), "", pa.scalar(None, pa.string()))
+    return out[0] if len(out) == 1 else pc.binary_join_element_wise(*out, "")
+
+
+def _make_date(y: Any, m: Any, d: Any) -> Any:
+    """``make_date(year, month, day)``: a DATE; an impossible date is an error."""
+    parts = [pc.cast(cast_to(_plain(x), pa.int64()), pa.string()) for x in (y, m, d)]
+    parts = [pc.utf8_lpad(p, w, "0") for p, w in zip(parts, (4, 2, 2), strict=True)]
+    return pc.cast(pc.binary_join_element_wise(*parts, "-"), pa.date32())
+
+
 def _number(text: str) -> pa.Scalar:
     """A numeric literal typed as DuckDB types it: INTEGER, else BIGINT, else HUGEINT (as
     DECIMAL(38,0)); ``1.5`` is DECIMAL(2,1); exponent notation or > 38 digits is DOUBLE."""
@@ -625,6 +1122,119 @@ def _like(pattern: str, escape: str | None, ignore_case: bool) -> Callable[[Any]
         return pc.match_like(v, arrow_pattern, ignore_case=ignore_case)
 
     return fn
+
+
+_STR = pa.string()
+_PART_FUNCTIONS: dict[type, str] = {
+    exp.Year: "year",
+    exp.Quarter: "quarter",
+    exp.Month: "month",
+    exp.Day: "day",
+    exp.DayOfMonth: "day",
+    exp.Hour: "hour",
+    exp.Minute: "minute",
+    exp.Second: "second",
+    exp.DayOfWeek: "dow",
+    exp.DayOfWeekIso: "isodow",
+    exp.DayOfYear: "doy",
+    exp.Week: "week",
+    exp.TimeToUnix: "epoch",
+}
+
+
+def _compile_function(
+    node: exp.Expression, sub: Callable[[exp.Expression], Expr]
+) -> tuple[Callable[..., Any], list[Expr]] | None:
+    """The kernel and operands of a built-in string or number function (None: not one)."""
+
+    def ops(*names: str) -> list[Expr]:
+        return [sub(node.args[k]) for k in names if node.args.get(k) is not None]
+
+    if isinstance(node, exp.Substring):
+        return _per_params(_substring, _STR), ops("this", "start", "length")
+    if isinstance(node, exp.Trim):
+        where = str(node.args.get("position") or "both").lower()
+        return _per_params(_trim(where), _STR), ops("this", "expression")
+    if isinstance(node, exp.ConcatWs):
+        return _concat_ws, [sub(e) for e in node.expressions]
+    if isinstance(node, exp.Concat):
+        return _concat_fn, [sub(e) for e in node.expressions]
+    if isinstance(node, exp.Replace):
+        return _per_params(_replace, _STR), ops("this", "expression", "replacement")
+    if isinstance(node, exp.Left):
+        return _per_params(_left, _STR), ops("this", "expression")
+    if isinstance(node, exp.Right):
+        return _per_params(_right, _STR), ops("this", "expression")
+    if isinstance(node, exp.Pad):
+        fn = _pad(bool(node.args.get("is_left")))
+        return _per_params(fn, _STR), ops("this", "expression", "fill_pattern")
+    if isinstance(node, exp.SplitPart):
+        return _per_params(_split_part, _STR), ops("this", "delimiter", "part_index")
+    if isinstance(node, exp.StrPosition):
+        return _per_params(_strpos, pa.int64()), ops("this", "substr")
+    if isinstance(node, exp.StartsWith):
+        return _per_params(_starts_with, pa.bool_()), ops("this", "expression")
+    if isinstance(node, exp.Contains):
+        this, needle = node.this, node.expression
+        if isinstance(needle, exp.Null) and isinstance(this, exp.Null | exp.Literal):
+            # DuckDB cannot choose among contains() for strings, lists and maps
+            raise UnsupportedQueryError(f"{describe(node)}: cast the NULL to a type")
+        return _per_params(_contains, pa.bool_()), ops("this", "expression")
+    if isinstance(node, exp.RegexpLike):
+        return _per_params(_regexp_matches, pa.bool_()), ops("this", "expression", "flag")
+    if isinstance(node, exp.RegexpReplace):
+        operands = ops("this", "expression", "replacement", "modifiers")
+        return _per_params(_regexp_replace, _STR), operands
+    if isinstance(node, exp.RegexpExtract):
+        return _per_params(_regexp_extract, _STR), ops("this", "expression", "group")
+    if isinstance(node, exp.Pow):
+        return _power, ops("this", "expression")
+    if isinstance(node, exp.Log):
+        if node.expression is None:  # log(x) is log10 in DuckDB
+            return (lambda x: pc.log10(_double(x))), ops("this")
+        return (lambda b, x: pc.logb(_double(x), _double(b))), ops("this", "expression")
+    if isinstance(node, exp.Exp):
+        return (lambda x: pc.exp(_double(x))), ops("this")
+    if isinstance(node, exp.Sign):
+        return _sign, ops("this")
+    if isinstance(node, exp.Greatest | exp.Least):
+        operands = [sub(node.this), *[sub(e) for e in node.expressions]]
+        return _extreme(isinstance(node, exp.Greatest)), operands
+    if isinstance(node, exp.Extract):
+        part = _part_name(node.this.name, _PARTS, "date part", node)
+        return _date_part(part), ops("expression")
+    if type(node) in _PART_FUNCTIONS:
+        return _date_part(_PART_FUNCTIONS[type(node)]), ops("this")
+    if isinstance(node, exp.Anonymous) and str(node.this).lower() in ("date_part", "datepart"):
+        unit = node.expressions[0] if node.expressions else None
+        if len(node.expressions) != 2 or not (isinstance(unit, exp.Literal) and unit.is_string):
+            raise UnsupportedQueryError(
+                f"{describe(node)}: date_part takes a part name (a string literal) and a value"
+            )
+        return _date_part(_part_name(unit.this, _PARTS, "date part", node)), [
+            sub(node.expressions[1])
+        ]
+    if isinstance(node, exp.Anonymous) and str(node.this).lower() in _PARTS:
+        if len(node.expressions) != 1:
+            raise UnsupportedQueryError(f"{describe(node)} takes one argument")
+        return _date_part(str(node.this).lower()), [sub(node.expressions[0])]
+    if isinstance(node, exp.TimestampTrunc):
+        unit = _part_name(node.args["unit"].name, _TRUNC_UNITS, "date_trunc unit", node)
+        return _date_trunc(unit), ops("this")
+    if isinstance(node, exp.DateDiff):
+        unit = _part_name(node.args["unit"].name, _TRUNC_UNITS, "date_diff unit", node)
+        return _date_diff(unit), ops("expression", "this")
+    if isinstance(node, exp.TimeToStr):
+        fmt = node.args.get("format")
+        if not (isinstance(fmt, exp.Literal) and fmt.is_string):
+            raise UnsupportedQueryError(f"{describe(node)}: the format must be a string literal")
+        _check_strftime(fmt.this, node)
+        return (lambda v, f=fmt.this: _strftime(v, f)), ops("this")
+    if isinstance(node, exp.DateFromParts):
+        return _make_date, ops("year", "month", "day")
+    if isinstance(node, exp.NullSafeEQ | exp.NullSafeNEQ):
+        return _distinct_from(isinstance(node, exp.NullSafeEQ)), ops("this", "expression")
+    return None
 
 
 def compile_expr(node: exp.Expression, scope: Scope) -> Expr:
@@ -751,6 +1361,10 @@ def _compile(node: exp.Expression, scope: Scope) -> Expr:
     if isinstance(node, exp.Cast | exp.TryCast):
         safe = isinstance(node, exp.TryCast) or bool(node.args.get("safe"))
         return Call(_cast(_sql_type(node.to), safe), [sub(node.this)], sql)
+    registered = isinstance(node, exp.Anonymous) and str(node.this).lower() in scope.functions
+    built = None if registered else _compile_function(node, sub)
+    if built is not None:
+        return Call(built[0], built[1], sql)
     if type(node) in _SQLGLOT_FUNCTIONS:
         name = _SQLGLOT_FUNCTIONS[type(node)]
         operands = [node.this, *node.expressions] if node.this is not None else node.expressions

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -56,14 +57,20 @@ class Finalizer:
             return []
         env = self._env(batch)
         if spec.group is not None:
-            exprs = spec.group + [a.arg for a in spec.aggregates]
+            extras = [(j, e) for j, a in enumerate(spec.aggregates) for e in a.extra]
+            exprs = spec.group + [a.arg for a in spec.aggregates] + [e for _, e in extras]
             names = [f"__g{i}" for i in range(len(spec.group))]
             names += [f"__a{j}" for j in range(len(spec.aggregates))]
+            names += [f"__x{i}" for i in range(len(extras))]
             pre = await self._project(exprs, env, n, names)
             columns = [_group_value(c) for c in pre.columns[: len(spec.group)]]
             columns += [
-                _aggregate_input(c, a.function)
-                for c, a in zip(pre.columns[len(spec.group) :], spec.aggregates, strict=True)
+                _aggregate_input(c, function)
+                for c, function in zip(
+                    pre.columns[len(spec.group) :],
+                    [a.function for a in spec.aggregates] + [None] * len(extras),
+                    strict=True,
+                )
             ]
             self._collected.append(pa.RecordBatch.from_arrays(columns, names=names))
             return []
@@ -138,10 +145,30 @@ class Finalizer:
             for j in nan_max:  # DuckDB: NaN is the greatest value, so max sees it
                 pre = pre.append_column(f"__nan{j}", pc.is_nan(pre.column(f"__a{j}")))
             grouped = pre.group_by([f"__g{i}" for i in range(n_groups)], use_threads=False)
+            single = [j for j, a in enumerate(spec.aggregates) if _population(a)]
             agg = grouped.aggregate(
-                [(f"__a{j}", a.function) for j, a in enumerate(spec.aggregates)]
+                [(x, "list") for xs in _extra_names(spec.aggregates) for x in xs]
+                + [(f"__a{j}", "count") for j in single]
+                + [
+                    (f"__a{j}", a.function)
+                    if a.options is None
+                    else (f"__a{j}", a.function, a.options)
+                    for j, a in enumerate(spec.aggregates)
+                ]
                 + [(f"__nan{j}", "any") for j in nan_max]
             )
+            for j in single:  # DuckDB: the population statistic of one value is 0
+                i = agg.column_names.index(f"__a{j}_{spec.aggregates[j].function}")
+                one = pc.equal(agg.column(f"__a{j}_count"), 1)
+                fixed = pc.if_else(one, pa.scalar(0.0, pa.float64()), agg.column(i))
+                agg = agg.set_column(i, agg.column_names[i], fixed).drop_columns([f"__a{j}_count"])
+            extra_names = _extra_names(spec.aggregates)
+            for j, a in enumerate(spec.aggregates):
+                if a.post is not None:  # collected as lists per group: finish them
+                    i = agg.column_names.index(f"__a{j}_list")
+                    lists = [agg.column(i)] + [agg.column(f"{x}_list") for x in extra_names[j]]
+                    agg = agg.set_column(i, f"__a{j}_list", _list_post(_zip_lists(lists), a.post))
+            agg = agg.drop_columns([f"{x}_list" for xs in extra_names for x in xs])
             output_names = {
                 f"__a{j}_{a.function}": f"__a{j}" for j, a in enumerate(spec.aggregates)
             }
@@ -155,7 +182,15 @@ class Finalizer:
         else:
             agg = pa.table(
                 {
-                    f"__a{j}": [_scalar_aggregate(pre.column(f"__a{j}"), a.function)]
+                    f"__a{j}": [
+                        _scalar_aggregate(
+                            [pre.column(f"__a{j}")]
+                            + [pre.column(x) for x in _extra_names(spec.aggregates)[j]],
+                            a.function,
+                            a.options,
+                            a.post,
+                        )
+                    ]
                     for j, a in enumerate(spec.aggregates)
                 }
             )
@@ -174,10 +209,55 @@ class Finalizer:
         spec = self.spec
         cols = {f"__g{i}": pa.array([], pa.null()) for i in range(len(spec.group or []))}
         cols |= {f"__a{j}": pa.array([], pa.int64()) for j in range(len(spec.aggregates))}
+        cols |= {x: pa.array([], pa.int64()) for xs in _extra_names(spec.aggregates) for x in xs}
         return pa.table(cols)
 
 
-def _scalar_aggregate(values: pa.ChunkedArray, function: str) -> Any:
+_POPULATION = pc.VarianceOptions(ddof=0)
+
+
+def _population(a: Any) -> bool:
+    """stddev_pop / var_pop (DuckDB gives 0 for one value, NaN included)."""
+    return a.function in ("stddev", "variance") and a.options == _POPULATION
+
+
+def _extra_names(aggregates: list) -> list[list[str]]:
+    """Per aggregate, the pre-aggregate columns of its further arguments (``__x<i>``)."""
+    out, i = [], 0
+    for a in aggregates:
+        out.append([f"__x{i + k}" for k in range(len(a.extra))])
+        i += len(a.extra)
+    return out
+
+
+def _zip_lists(lists: list[Any]) -> Any:
+    """Per-group lists of the same rows (one aggregation call), zipped into one list of
+    structs {v, k0, k1, ...}; a single list is returned as it is."""
+    lists = [c.combine_chunks() if isinstance(c, pa.ChunkedArray) else c for c in lists]
+    if len(lists) == 1:
+        return lists[0]
+    first = lists[0]
+    offsets = pc.subtract(first.offsets, first.offsets[0])
+    flats = [pc.list_flatten(c) for c in lists]
+    names = ["v", *[f"k{i}" for i in range(len(lists) - 1)]]
+    return pa.ListArray.from_arrays(offsets, pa.StructArray.from_arrays(flats, names=names))
+
+
+def _scalar_aggregate(values: Any, function: str, options: Any = None, post: Any = None) -> Any:
+    if post is not None:  # one group of every row
+        columns = [c.combine_chunks() for c in values]
+        if len(columns[0]) == 0 or columns[0].type == pa.null():
+            return None
+        offsets = pa.array([0, len(columns[0])], pa.int32())
+        lists = [pa.ListArray.from_arrays(offsets, c) for c in columns]
+        return _list_post(_zip_lists(lists), post)[0].as_py()
+    values = values[0]
+    if options is not None:  # stddev, variance, all, any, first: NULL over no values
+        if values.type == pa.null() or len(values) == 0:
+            return None
+        if options == _POPULATION and pc.count(values).as_py() == 1:
+            return 0.0  # DuckDB: the population statistic of one value is 0
+        return getattr(pc, function)(values, options=options).as_py()
     if function == "count":
         return pc.count(values).as_py()
     if function == "count_distinct":
@@ -202,9 +282,11 @@ def _group_value(values: pa.Array) -> pa.Array:
     return values
 
 
-def _aggregate_input(values: pa.Array, function: str) -> pa.Array:
+def _aggregate_input(values: pa.Array, function: str | None) -> pa.Array:
     """Types as DuckDB aggregates them: AVG(decimal) is a double, SUM(decimal) widens to 38
     digits, COUNT(DISTINCT) folds -0.0 onto 0.0."""
+    if function in ("stddev", "variance") and not pa.types.is_floating(values.type):
+        return values.cast(pa.float64())  # DuckDB computes them in DOUBLE
     if pa.types.is_decimal(values.type):
         if function == "mean":
             return values.cast(pa.float64())
@@ -243,3 +325,87 @@ def _sort(table: pa.Table, keys: list[tuple[str, bool, bool]]) -> pa.Table:
         sort_keys.append((name, "descending" if desc else "ascending"))
     order = pc.sort_indices(pa.table(columns), sort_keys=sort_keys)
     return table.take(order)
+
+
+def _sorted_groups(
+    lists: Any, keys: list[tuple[Any, bool, bool]], keep: Any
+) -> tuple[Any, np.ndarray, np.ndarray]:
+    """The members of each group's list, sorted per group, vectorized.
+
+    ``lists`` holds one list per group; ``keep(flat)`` says which members count; ``keys``
+    are ``(flat -> key array, descending, nulls_first)``. Returns the kept members in
+    (group, keys) order, each group's count and each group's first position.
+    """
+    lists = lists.combine_chunks() if isinstance(lists, pa.ChunkedArray) else lists
+    flat = pc.list_flatten(lists)
+    parent = pc.list_parent_indices(lists)
+    mask = keep(flat)
+    flat, parent = flat.filter(mask), parent.filter(mask)
+    columns: dict[str, Any] = {"parent": parent}
+    sort_keys: list[tuple[str, str]] = [("parent", "ascending")]
+    for i, (key_of, desc, nulls_first) in enumerate(keys):
+        key = key_of(flat)
+        columns[f"n{i}"] = pc.is_null(key, nan_is_null=False)
+        sort_keys.append((f"n{i}", "descending" if nulls_first else "ascending"))
+        if pa.types.is_floating(key.type):  # DuckDB: NaN above every number
+            columns[f"nan{i}"] = pc.fill_null(pc.is_nan(key), False)
+            sort_keys.append((f"nan{i}", "descending" if desc else "ascending"))
+        columns[f"k{i}"] = key
+        sort_keys.append((f"k{i}", "descending" if desc else "ascending"))
+    order = pc.sort_indices(pa.table(columns), sort_keys=sort_keys)
+    flat = flat.take(order)
+    counts = np.bincount(parent.to_numpy(zero_copy_only=False), minlength=len(lists))
+    starts = np.concatenate([[0], np.cumsum(counts)[:-1]]).astype(np.int64)
+    return flat, counts, starts
+
+
+def _list_post(lists: Any, post: tuple) -> pa.Array:
+    """Finish an aggregate collected with pyarrow's ``list`` kernel, one value per group:
+    ``("quantile", q)`` continuous quantile (median: q = 0.5), interpolated as DuckDB's
+    quantile_cont; ``("arg", descending)`` arg_min/arg_max over rows where both values are
+    set; ``("string_agg", sep, [(descending, nulls_first), ...])`` the non-NULL strings
+    joined, in ORDER BY order if given. NULL for a group without values."""
+    kind = post[0]
+    n_groups = len(lists)
+    if kind == "quantile":
+        flat, counts, starts = _sorted_groups(
+            lists, [(lambda f: f, False, False)], lambda f: pc.is_valid(f)
+        )
+        dec = flat.type if pa.types.is_decimal(flat.type) else None
+        values = pc.cast(flat, pa.float64()).to_numpy(zero_copy_only=False)
+        has = counts > 0
+        pos = post[1] * np.maximum(counts - 1, 0)
+        lo, hi = np.floor(pos).astype(np.int64), np.ceil(pos).astype(np.int64)
+        v_lo = values[np.where(has, starts + lo, 0)] if len(values) else np.zeros(n_groups)
+        v_hi = values[np.where(has, starts + hi, 0)] if len(values) else np.zeros(n_groups)
+        with np.errstate(invalid="ignore"):
+            out = np.where(lo == hi, v_lo, v_lo + (v_hi - v_lo) * (pos - lo))
+        if dec is not None:  # DuckDB: a DECIMAL, the interpolation truncated to its scale
+            units = np.trunc(np.round(out * 10**dec.scale, 6)) / 10**dec.scale
+            width = min(38, dec.precision + 2)
+            truncated = pa.array(np.where(has, units, 0.0), pa.float64(), mask=~has)
+            return pc.cast(truncated, pa.decimal128(width, dec.scale), safe=False)
+        return pa.array(out, pa.float64(), mask=~has)
+    if kind == "arg":
+
+        def both_set(f: Any) -> Any:
+            return pc.and_(pc.is_valid(f.field("v")), pc.is_valid(f.field("k0")))
+
+        flat, counts, starts = _sorted_groups(
+            lists, [(lambda f: f.field("k0"), post[1], False)], both_set
+        )
+        has = counts > 0
+        return flat.field("v").take(pa.array(starts, pa.int64(), mask=~has))
+    sep, order = post[1], post[2]
+    struct = pa.types.is_struct(lists.type.value_type)
+    keys = [
+        (lambda f, i=i: f.field(f"k{i}"), desc, nulls_first)
+        for i, (desc, nulls_first) in enumerate(order)
+    ]
+    flat, counts, starts = _sorted_groups(
+        lists, keys, (lambda f: pc.is_valid(f.field("v"))) if struct else pc.is_valid
+    )
+    strings = flat.field("v") if struct else flat
+    offsets = pa.array(np.concatenate([starts, [len(strings)]]).astype(np.int32))
+    joined = pc.binary_join(pa.ListArray.from_arrays(offsets, strings), sep)
+    return pc.if_else(pa.array(counts > 0), joined, pa.scalar(None, joined.type))

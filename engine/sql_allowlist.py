@@ -39,7 +39,7 @@ ALLOWED: dict[type[exp.Expression], frozenset[str]] = {
     exp.Where: _UNARY,
     exp.Having: _UNARY,
     exp.Group: frozenset({"expressions"}),
-    exp.Order: frozenset({"expressions"}),
+    exp.Order: frozenset({"this", "expressions"}),  # this: string_agg(s ORDER BY k)
     exp.Ordered: frozenset({"this", "desc", "nulls_first"}),
     exp.Limit: frozenset({"expression"}),
     exp.Offset: frozenset({"expression"}),
@@ -93,6 +93,49 @@ ALLOWED: dict[type[exp.Expression], frozenset[str]] = {
     exp.Sqrt: _UNARY,
     exp.Ln: _UNARY,
     exp.Nullif: _BINARY,
+    exp.NullSafeEQ: _BINARY,  # IS NOT DISTINCT FROM
+    exp.NullSafeNEQ: _BINARY,  # IS DISTINCT FROM
+    exp.Substring: frozenset({"this", "start", "length"}),
+    exp.Trim: frozenset({"this", "expression", "position"}),
+    exp.Concat: frozenset({"expressions", "safe", "coalesce"}),  # DuckDB's: NULLs skipped
+    exp.ConcatWs: frozenset({"expressions", "safe", "coalesce"}),
+    exp.Replace: frozenset({"this", "expression", "replacement"}),
+    exp.Left: _BINARY,
+    exp.Right: _BINARY,
+    exp.Pad: frozenset({"this", "expression", "fill_pattern", "is_left"}),
+    exp.SplitPart: frozenset({"this", "delimiter", "part_index"}),
+    exp.StrPosition: frozenset({"this", "substr"}),  # strpos, instr, position(a IN b)
+    exp.StartsWith: _BINARY,
+    exp.Contains: _BINARY,
+    exp.RegexpLike: frozenset({"this", "expression", "flag"}),  # regexp_matches
+    exp.RegexpReplace: frozenset({"this", "expression", "replacement", "modifiers"})
+    | {"single_replace"},
+    exp.RegexpExtract: frozenset({"this", "expression", "group", "null_if_pos_overflow"}),
+    exp.Pow: _BINARY,
+    exp.Log: _BINARY,  # log(x) = log10(x), log(b, x)
+    exp.Exp: _UNARY,
+    exp.Sign: _UNARY,
+    exp.Var: _UNARY,  # a unit name (EXTRACT, date_trunc, date_diff); compile.py checks it
+    exp.TimeToUnix: _UNARY,  # epoch(x)
+    exp.Extract: _BINARY,  # EXTRACT(part FROM x); date_part('part', x) is Anonymous
+    exp.Year: _UNARY,
+    exp.Quarter: _UNARY,
+    exp.Month: _UNARY,
+    exp.Day: _UNARY,
+    exp.DayOfMonth: _UNARY,
+    exp.Hour: _UNARY,
+    exp.Minute: _UNARY,
+    exp.Second: _UNARY,
+    exp.DayOfWeek: _UNARY,
+    exp.DayOfWeekIso: _UNARY,
+    exp.DayOfYear: _UNARY,
+    exp.Week: _UNARY,
+    exp.TimestampTrunc: frozenset({"this", "unit"}),  # date_trunc
+    exp.DateDiff: frozenset({"this", "expression", "unit", "date_part_boundary"}),
+    exp.TimeToStr: frozenset({"this", "format"}),  # strftime
+    exp.DateFromParts: frozenset({"year", "month", "day"}),  # make_date
+    exp.Greatest: frozenset({"this", "expressions", "ignore_nulls"}),
+    exp.Least: frozenset({"this", "expressions", "ignore_nulls"}),
     exp.Anonymous: frozenset({"this", "expressions"}),  # registered Python functions
     # aggregates (planner.py): one argument each; COUNT(*) and COUNT(DISTINCT x)
     exp.Count: frozenset({"this", "big_int"}),
@@ -100,6 +143,22 @@ ALLOWED: dict[type[exp.Expression], frozenset[str]] = {
     exp.Avg: _UNARY,
     exp.Min: _UNARY,
     exp.Max: _UNARY,
+    exp.Stddev: _UNARY,
+    exp.StddevSamp: _UNARY,
+    exp.StddevPop: _UNARY,
+    exp.Variance: _UNARY,  # var_samp, variance
+    exp.VariancePop: _UNARY,
+    exp.LogicalAnd: _UNARY,  # bool_and
+    exp.LogicalOr: _UNARY,  # bool_or
+    exp.AnyValue: _UNARY,
+    exp.IgnoreNulls: _UNARY,  # sqlglot wraps any_value(x) in it; planner.py unwraps
+    exp.Filter: _BINARY,
+    exp.Median: _UNARY,
+    exp.PercentileCont: _BINARY,  # quantile_cont(x, q)
+    exp.ArgMin: _BINARY,
+    exp.ArgMax: _BINARY,
+    exp.GroupConcat: frozenset({"this", "separator"}),  # string_agg, ORDER BY as this
+    # agg FILTER (WHERE ...): planner.py rewrites it
 }
 
 #: Arguments that must be present and non-empty (a missing one is a syntax error in DuckDB;
@@ -128,6 +187,10 @@ REQUIRED: dict[type[exp.Expression], frozenset[str]] = {
     exp.Cast: frozenset({"this", "to"}),
     exp.TryCast: frozenset({"this", "to"}),
     exp.Escape: _BINARY,
+    exp.Pad: frozenset({"this", "expression", "fill_pattern"}),  # lpad(s, n) has no default
+    exp.TimestampTrunc: frozenset({"this", "unit"}),
+    exp.DateDiff: frozenset({"this", "expression", "unit"}),
+    exp.DateFromParts: frozenset({"year", "month", "day"}),
 }
 
 #: Arguments whose values are restricted (compared upper-case).
@@ -264,6 +327,11 @@ def validate(root: exp.Expression, functions: Collection[str] = ()) -> None:
                 allowed = frozenset(node.args)
             else:
                 raise refuse(node, node_name(node))
+        if kind is exp.Concat and not node.args.get("safe"):
+            # sqlglot reads 'a' 'b' as concat('a', 'b'); DuckDB's parser rejects it.
+            raise SqlSyntaxError(
+                f"SQL syntax error: adjacent string literals need || between them: {describe(node)}"
+            )
         if depth > MAX_EXPRESSION_DEPTH:
             top = node  # name the whole expression, not its deepest leaf
             while top.parent is not None and not isinstance(top.parent, _CLAUSES):
