@@ -94,11 +94,16 @@ class Call(Expr):
     def eval(self, env: Env, n: int) -> pa.Array | pa.Scalar:
         values = [a.eval(env, n) for a in self.args]
         try:
-            return self.fn(*values)
+            out = self.fn(*values)
         except KERNEL_ERRORS as exc:
             # The one place a library error on an expression's values becomes ours: the
             # innermost failing Call names itself (an EddiesError passes outer ones).
             raise ExpressionError(f"evaluating {self.sql} failed: {_reason(exc)}") from exc
+        if isinstance(out, pa.Array | pa.ChunkedArray) and len(out) != n:
+            # A kernel that drops or adds rows would lose them silently downstream (seen:
+            # binary_join_element_wise skipping all-NULL rows): fail loudly instead.
+            raise ExpressionError(f"evaluating {self.sql} gave {len(out)} values for {n} rows")
+        return out
 
     def children(self) -> list[Expr]:
         return self.args

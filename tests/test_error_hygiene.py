@@ -280,3 +280,14 @@ def test_a_csv_whose_header_is_not_utf8_is_a_data_source_error(tmp_path):
     path.write_bytes(b"\xff\xfea,b\n1,2\n")
     with pytest.raises(DataSourceError, match="not UTF-8"):
         Catalog().add_table("t", path)
+
+
+def test_a_kernel_that_changes_the_row_count_fails_loudly():
+    # pyarrow 26's binary_join_element_wise(null_handling="skip") drops all-NULL rows; any
+    # such kernel must fail the expression, never shorten a batch (rows lost silently).
+    from eddies.engine.errors import ExpressionError
+    from eddies.router.expressions import Call, ColumnRef, evaluate
+
+    shortened = Call(lambda v: v.slice(1), [ColumnRef("x", "x")], "drop_first(x)")
+    with pytest.raises(ExpressionError, match=r"drop_first\(x\) gave 2 values for 3 rows"):
+        evaluate(shortened, {"x": pa.array([1, 2, 3])}, 3)
