@@ -31,9 +31,12 @@ class Module:
     async def close(self) -> None:
         """Called once the eddy has closed the module's input channel."""
 
-    async def emit(self, destination: int, outputs: list[TupleBatch]) -> None:
-        """Send a partial answer now (and let other tasks run: LIMIT may stop the query)."""
-        await self._to_eddy.send(Returned(destination, outputs, 0, 0.0, final=False))
+    async def emit(
+        self, destination: int, outputs: list[TupleBatch], work: Work | None = None
+    ) -> None:
+        """Send a partial answer now (and let other tasks run: LIMIT may stop the query);
+        ``work``: the Work it answers part of (its outputs count for that Work's estimate)."""
+        await self._to_eddy.send(Returned(destination, outputs, 0, 0.0, final=False, work=work))
 
     async def serve(
         self, inbox: trio.MemoryReceiveChannel, to_eddy: trio.MemorySendChannel
@@ -44,7 +47,9 @@ class Module:
                 started = time.perf_counter()
                 outputs = await self.process(work)
                 busy = time.perf_counter() - started
-                await to_eddy.send(Returned(work.destination, outputs, len(work.batch), busy))
+                await to_eddy.send(
+                    Returned(work.destination, outputs, len(work.batch), busy, work=work)
+                )
             await self.close()
         finally:
             # Closed without a checkpoint (unlike ``async with``), so an error raised here

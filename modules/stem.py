@@ -210,7 +210,7 @@ class SteM(Module):
                         else out.take(slice(first, first + MAX_OUTPUT_ROWS))
                     )
                     if pending_rows + len(piece) > MAX_OUTPUT_ROWS and pending:
-                        await self.emit(work.destination, pending)
+                        await self.emit(work.destination, pending, work)
                         pending, pending_rows = [], 0
                     pending.append(piece)
                     pending_rows += len(piece)

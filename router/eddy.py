@@ -39,7 +39,7 @@ import trio
 from eddies.engine.errors import DataSourceError
 from eddies.router.constraints import ConstraintChecker
 from eddies.router.messages import AccessFailed, Returned, SourceBatch, SourceDone, Work
-from eddies.router.policies import RoutingPolicy
+from eddies.router.policies import HOLD, RoutingPolicy
 from eddies.router.routing_table import RoutingTable
 from eddies.router.stats import RunStats
 from eddies.router.tuple_batch import TupleBatch
@@ -99,6 +99,7 @@ class Eddy:
         self._fresh_of: list[deque[TupleBatch]] = [deque() for _ in sources]
         self._fresh_count = 0
         self.stats = stats
+        stats.estimates = policy.estimates
         self.checker = checker
         self._names = [d.name for d in routing_table.destinations]
         self._module_stats = [stats.modules[n] for n in self._names]
@@ -236,6 +237,7 @@ class Eddy:
             self.policy.on_returned(
                 message.destination, message.tuples_in, returned, message.busy_seconds
             )
+            self.policy.observe(message, time.perf_counter())
             if self.checker is not None:
                 self.checker.check_returned(message.destination, message.tuples_in, message.outputs)
             # An empty batch may still carry EOT tuples, which must be built.
@@ -381,12 +383,15 @@ class Eddy:
         if len(entry.destinations) == 1:
             choice = entry.destinations[0]
         else:
-            choice = self.policy.choose(entry, len(batch), has_room)
+            choice = self.policy.choose(entry, len(batch), has_room, batch.signature)
         if choice is None:
             self._waiting.append((batch, None))
         elif isinstance(choice, np.ndarray):
             for destination, part in batch.split_by(choice).items():
-                self._send_step(destination, part, entry)
+                if destination == HOLD:  # routed afresh after the next answer (pilots)
+                    self._waiting.append((part, None))
+                else:
+                    self._send_step(destination, part, entry)
         else:
             self._send_step(choice, batch, entry)
 
@@ -428,14 +433,13 @@ class Eddy:
         if self.checker is not None:
             self.checker.check_route(batch, destination)
         edge = entry.edge_of(destination)
-        self.queues[destination].send_nowait(Work(destination, batch, edge))
+        now = time.perf_counter()
+        self.queues[destination].send_nowait(Work(destination, batch, edge, now))
         self._in_flight += 1
         n = len(batch)
-        self.policy.on_routed(destination, n)
+        sig = batch.signature
+        self.policy.on_routed(destination, n, sig)
         stats = self._module_stats[destination]
         stats.tuples_in += n
         stats.batches_in += 1
-        sig = batch.signature
-        self.stats.record_route(
-            time.perf_counter() - self._started, sig.span, sig.done, destination, n, sig.built
-        )
+        self.stats.record_route(now - self._started, sig.span, sig.done, destination, n, sig.built)

@@ -20,6 +20,7 @@ class Work:
     destination: int
     batch: TupleBatch
     edge: int | None = None
+    routed_at: float = 0.0  # perf_counter() when the eddy routed it (for latency estimates)
 
 
 @dataclass(slots=True)
@@ -27,7 +28,10 @@ class Returned:
     """A module's answer to one Work: its outputs (possibly none) and busy seconds.
 
     ``final=False`` marks a partial answer (a chunk of a large probe result); exactly one
-    final answer follows, which is what ends the Work's time in flight.
+    final answer follows, which is what ends the Work's time in flight. ``work``: the Work
+    answered (its signature and routing time feed the estimates of
+    :mod:`eddies.router.estimates`); None where no single Work is answered (an index
+    AM's matches).
     """
 
     destination: int
@@ -35,6 +39,7 @@ class Returned:
     tuples_in: int
     busy_seconds: float
     final: bool = True
+    work: Work | None = None
 
 
 @dataclass(slots=True)
