@@ -40,8 +40,8 @@ DRIFT_Z = 5.0
 DRIFT_SELECTIVITY = 0.1
 #: Drift: per-tuple cost changed by this factor, on observations of at least
 #: ``DRIFT_MIN_SECONDS`` each (shorter ones are timer and scheduler noise).
-DRIFT_COST_RATIO = 4.0
-DRIFT_MIN_SECONDS = 0.002
+DRIFT_COST_RATIO = 8.0
+DRIFT_MIN_SECONDS = 0.02
 #: Tuples an estimate needs before a drift test applies to it.
 DRIFT_MIN_TUPLES = 32
 

@@ -31,7 +31,7 @@ ones the cheapest per extra result tuple first.
 ``bandit``: Discounted UCB (D-UCB; Garivier & Moulines, "On Upper-Confidence Bound
 Policies for Switching Bandit Problems", ALT 2011) over the choices at each signature. A
 pull is ``PULL_TUPLES`` tuples routed to a choice; its reward in (0, 1] is
-``exp(−p / p_min)`` where ``p = c_a + s_a · Σ_{b≠a} c_b`` is the per-tuple cost of the
+``min(1, exp(1 − p / p_min))`` where ``p = c_a + s_a · Σ_{b≠a} c_b`` is the per-tuple cost of the
 path "a first, then the others" from the observed cost and selectivity of ``a`` and the
 estimates of the others, and ``p_min`` the cheapest such path. Rewards and pull counts are
 discounted by the same half-life as the estimates (γ = 0.5^(1/half_life) per tuple), and
@@ -55,6 +55,8 @@ from eddies.router.policies import HOLD, Choice, HasRoom, RoutingPolicy
 from eddies.router.routing_table import RouteEntry
 from eddies.router.tuple_batch import Signature
 
+#: The policies defined here (names in eddies.router.policies.POLICIES).
+LEARNING_POLICIES = ("rank", "bandit")
 #: Tuples of one pilot batch (per choice).
 PILOT_TUPLES = 256
 #: Tuples one bandit pull counts for (the unit of N_a in the D-UCB index).
@@ -62,7 +64,7 @@ PULL_TUPLES = 32
 #: Decayed tuples an estimate needs to count as known at a signature.
 MIN_WEIGHT = 64
 #: Estimated seconds of work one routing decision may commit.
-HORIZON_SECONDS = 0.02
+HORIZON_SECONDS = 0.05
 #: Growth factor of the decision size per answer at a signature.
 GROWTH = 4
 #: D-UCB exploration constant ξ (Garivier & Moulines 2011 take ξ > 1/2).
@@ -72,7 +74,7 @@ XI = 0.6
 @dataclass
 class _SignatureState:
     blocking: bool = True  # hold the rest until the pilots answer (start, drift)
-    level: int = 0
+    level: int = 8  # decision size PILOT_TUPLES · GROWTH**(level+1); from 8 on: whole batches
     piloting: set[int] = field(default_factory=set)  # choices with a pilot unanswered
     stale: set[int] = field(default_factory=set)  # choices to observe again (after drift)
 
@@ -105,12 +107,7 @@ class LearningPolicy(RoutingPolicy):
         state = self._state.get(signature)
         if state is None:
             state = self._state[signature] = _SignatureState()
-        need = [
-            a
-            for a in arms
-            if a not in state.piloting
-            and (a in state.stale or self.estimates.weight(signature, a) < MIN_WEIGHT)
-        ]
+        need = [a for a in arms if a not in state.piloting and self._unknown(signature, a, state)]
         if not need and not state.piloting:
             state.blocking = False
         if n == 1:  # the per-tuple eddy: every tuple is a decision, none waits
@@ -121,20 +118,23 @@ class LearningPolicy(RoutingPolicy):
         pending = self.in_flight_at.get(signature, 0) > 0
         if state.blocking and (state.piloting or (need and pending)) and self.works_in_flight:
             return None  # no blind commitment: wait for the pilots (or what is in flight)
+        if need and n < 2 * PILOT_TUPLES * len(need):
+            # Too small to split usefully: the whole batch explores one unknown choice.
+            state.piloting.add(need[0])
+            return need[0]
         choice = np.full(n, HOLD, dtype=np.int64)
         start = 0
-        if need:
-            size = max(1, min(PILOT_TUPLES, n // (2 * len(need))))
-            for a in need:
-                if start + size > n:
-                    break
-                choice[start : start + size] = a
-                state.piloting.add(a)
-                start += size
-            if state.blocking:
-                return choice
+        for a in need:
+            choice[start : start + PILOT_TUPLES] = a
+            state.piloting.add(a)
+            start += PILOT_TUPLES
+        if need and state.blocking:
+            state.level = 0  # after the pilots, decisions grow from small again
+            return choice
         best = self.pick(signature, tuple(a for a in arms if a not in need) or arms)
-        chunk = PILOT_TUPLES * GROWTH ** min(state.level, 16)
+        chunk = n
+        if state.level < 8:  # growing back after pilots (start, drift)
+            chunk = PILOT_TUPLES * GROWTH ** (state.level + 1)
         est = self._estimate(signature, best)
         if est is not None and est.cost > 0:
             chunk = min(chunk, max(PILOT_TUPLES, int(HORIZON_SECONDS / est.cost)))
@@ -142,6 +142,15 @@ class LearningPolicy(RoutingPolicy):
             return best
         choice[start : start + chunk] = best
         return choice
+
+    def _unknown(self, sig: Signature, dest: int, state: _SignatureState) -> bool:
+        """No estimate to go by: not at this signature, nor anywhere (or stale by drift)."""
+        if dest in state.stale:
+            return True
+        if self.estimates.weight(sig, dest) >= MIN_WEIGHT:
+            return False
+        total = self.estimates.by_destination.get(dest)
+        return total is None or total.observations == 0
 
     def on_observed(
         self,
@@ -241,7 +250,7 @@ class BanditPolicy(LearningPolicy):
             path(a, costs[a], self.estimates.get(signature, a).selectivity) for a in arms
         )
         observed = path(destination, max(seconds / tuples_in, 1e-9), tuples_out / tuples_in)
-        reward = math.exp(-observed / max(cheapest, 1e-12))
+        reward = min(1.0, math.exp(1.0 - observed / max(cheapest, 1e-12)))
         self._reward_sum(signature, destination)
         entry = self._rewards.setdefault(
             (signature, destination), [0.0, self.estimates.clock.get(signature, 0.0)]
