@@ -7,7 +7,7 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from eddies.engine import Catalog, run_query
+from eddies.engine import Catalog, explain, run_query
 from eddies.engine.planner import plan_query
 from eddies.router.estimates import Estimates
 from eddies.router.learning import PILOT_TUPLES, BanditPolicy, RankPolicy
@@ -157,3 +157,5 @@ def test_learning_policies_route_correctly_and_show_estimates():
     assert "observed estimates" in text and "at span {r}" in text
     sm = run.stats.estimates.by_destination
     assert sum(e.observations for e in sm.values()) > 0
+    after = explain(sql, cat, stats=run.stats)
+    assert "observed estimates" in after and "probe:" in after.split("observed estimates")[1]
