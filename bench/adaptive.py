@@ -171,7 +171,7 @@ def plot_b(sql: str, cat: Catalog, args) -> None:
     for policy in dict.fromkeys([DEFAULT_POLICY, *args.policies]):
         log = run_query(sql, cat, policy=policy).stats.routing_table()
         t = np.asarray(log["time_s"])
-        first = np.asarray([d == "-" for d in log["done"].to_pylist()]) & np.asarray(
+        first = np.asarray([d == "" for d in log["done"].to_pylist()]) & np.asarray(
             [d.startswith("sm") for d in log["destination"].to_pylist()]
         )
         to_f1 = np.asarray([d == "sm1" for d in log["destination"].to_pylist()])
