@@ -25,6 +25,7 @@ _EXPORTS = {
     "open_query": "eddies.engine.api",
     "run_query": "eddies.engine.api",
     "Catalog": "eddies.engine.catalog",
+    "RunOptions": "eddies.engine.options",
     "DataSourceError": "eddies.engine.errors",
     "EddiesError": "eddies.engine.errors",
     "QueryTypeError": "eddies.engine.errors",
@@ -51,6 +52,7 @@ __all__ = [
     "QueryRun",
     "QueryTypeError",
     "RoutingEvent",
+    "RunOptions",
     "RunStats",
     "SqlSyntaxError",
     "UdfError",
@@ -79,6 +81,7 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
     )
     from eddies.engine.explain import explain
     from eddies.engine.logging_setup import configure_logging
+    from eddies.engine.options import RunOptions
     from eddies.router.policies import POLICIES
     from eddies.router.stats import ModuleStats, RoutingEvent, RunStats
 

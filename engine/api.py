@@ -7,9 +7,10 @@ and yields result RecordBatches as soon as they are produced. ``execute`` and
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Hashable, Sequence
+from collections.abc import AsyncIterator, Hashable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
+from typing import Any
 
 import pyarrow as pa
 import structlog
@@ -19,8 +20,9 @@ from eddies.engine.catalog import Catalog
 from eddies.engine.commit_points import Commit, CommitPoints
 from eddies.engine.errors import EddiesError
 from eddies.engine.finalize import Finalizer
+from eddies.engine.options import RunOptions
 from eddies.engine.planner import Plan, plan_query
-from eddies.engine.run import RunOptions, run_plan, seed_scheduler
+from eddies.engine.run import run_plan, seed_scheduler
 from eddies.router.stats import RunStats
 
 log = structlog.get_logger("eddies.engine")
@@ -81,7 +83,7 @@ class QueryResults:
 
     async def _batches(self) -> AsyncIterator[pa.RecordBatch]:
         finalizer = self._finalizer
-        async with self._receive:
+        try:
             async for batch in self._receive:
                 if isinstance(batch, Commit):  # behind every result it stands for
                     batch.results, self._since_commit = self._since_commit, []
@@ -95,7 +97,16 @@ class QueryResults:
                 if finalizer.satisfied:  # LIMIT reached: stop the eddy early
                     log.debug("limit reached, stopping the eddy", rows=self.stats.rows_out)
                     self._stop.cancel()
+                    self._receive.close()
                     return
+        except BaseException:
+            # Stop the query's tasks before closing the channel, without a checkpoint: the
+            # output module may be waiting to send, and a closed channel would fail it with
+            # BrokenResourceError beside this error (a failing UDF in the SELECT list).
+            self._stop.cancel()
+            self._receive.close()
+            raise
+        self._receive.close()
         # The result channel also closes when the query fails (an AM with no competitor
         # left): wait for the verdict, so a failure is never finished into a short result.
         await self.completed.wait()
@@ -105,20 +116,6 @@ class QueryResults:
                 self._since_commit.append(out)
             yield out
         self.exhausted = True
-
-
-def _options(
-    policy: str,
-    batch_size: int | None,
-    seed: int | None,
-    debug: bool,
-    order: Sequence[str] | None,
-    window: float | None,
-    queue_capacity: int | None,
-) -> RunOptions:
-    return RunOptions(
-        policy, batch_size, seed, debug, tuple(order) if order else None, window, queue_capacity
-    )
 
 
 def _unwrap(group: BaseExceptionGroup) -> BaseException:
@@ -141,29 +138,25 @@ async def open_query(
     sql: str,
     catalog: Catalog,
     *,
-    policy: str = "lottery",
-    batch_size: int | None = None,
-    seed: int | None = None,
-    debug: bool = False,
-    order: Sequence[str] | None = None,
-    window: float | None = None,
-    queue_capacity: int | None = None,
+    options: RunOptions | None = None,
+    **kwargs: Any,
 ) -> AsyncIterator[QueryResults]:
     """Start ``sql`` under trio; yields a :class:`QueryResults` to iterate with ``async for``.
 
-    Batches leave as soon as the eddy produces them (after the whole input for queries with
-    aggregation, ORDER BY or DISTINCT). Leaving the block early stops the query. Raises a
-    subclass of EddiesError for bad queries or data, before any task starts where it can.
+    Options as in :func:`run_query`. Batches leave as soon as the eddy produces them (after
+    the whole input for queries with aggregation, ORDER BY or DISTINCT). Leaving the block
+    early stops the query. Raises a subclass of EddiesError for bad queries, options or
+    data, before any task starts where it can.
     """
-    plan = plan_query(sql, catalog)
-    options = _options(policy, batch_size, seed, debug, order, window, queue_capacity)
-    stats = RunStats(plan.graph, plan.destinations)
-    if seed is not None:
-        seed_scheduler(seed)
+    options = RunOptions.from_kwargs(options, **kwargs)
+    plan = plan_query(_check_sql(sql), _check_catalog(catalog))
+    stats = RunStats(plan.graph, plan.destinations, functions=plan.udf_stats)
+    if options.seed is not None:
+        seed_scheduler(options.seed)
     send, receive = trio.open_memory_channel(RESULT_BUFFER)
     log.info(
         "query started",
-        policy=policy,
+        policy=options.policy,
         aliases=[a.name for a in plan.graph.aliases],
         predicates=len(plan.graph.predicates),
     )
@@ -209,8 +202,24 @@ async def _run_until_stopped(
         results.completed.set()
 
 
-async def _collect(sql: str, catalog: Catalog, options: dict) -> QueryRun:
-    async with open_query(sql, catalog, **options) as results:
+def _check_sql(sql: Any) -> str:
+    if not isinstance(sql, str):
+        raise EddiesError(f"the query must be SQL text (a str), got {type(sql).__name__}")
+    return sql
+
+
+def _check_catalog(catalog: Any) -> Catalog:
+    # Duck-typed, as the planner reads it (the partitioned runner passes a view of one).
+    if not all(hasattr(catalog, a) for a in ("has_table", "table", "functions")):
+        raise EddiesError(
+            f"the catalog must be an eddies Catalog, got {type(catalog).__name__} "
+            "(add tables with Catalog().add_table(name, data))"
+        )
+    return catalog
+
+
+async def _collect(sql: str, catalog: Catalog, options: RunOptions) -> QueryRun:
+    async with open_query(sql, catalog, options=options) as results:
         batches = [b async for b in results]
     schema = results.schema
     table = pa.Table.from_batches(batches, schema=schema) if batches else schema.empty_table()
@@ -221,39 +230,22 @@ def run_query(
     sql: str,
     catalog: Catalog,
     *,
-    policy: str = "lottery",
-    batch_size: int | None = None,
-    seed: int | None = None,
-    debug: bool = False,
-    order: Sequence[str] | None = None,
-    window: float | None = None,
-    queue_capacity: int | None = None,
+    options: RunOptions | None = None,
+    **kwargs: Any,
 ) -> QueryRun:
     """Run ``sql`` to completion; the result table and the run's :class:`RunStats`.
 
-    policy: one of ``static``, ``random``, ``naive``, ``lottery``, ``lottery-window``
-    (eddies-2000 §4); order: destination names for ``static`` (see :func:`explain`);
-    window: seconds per ticket window for ``lottery-window``; batch_size: rows per scan
-    batch (1 = the per-tuple eddy of the paper); seed: makes the policy's draws and the
-    task scheduling repeatable, so a run routes the same way again (not with sync UDFs or
-    lottery-window, which depend on timing);
-    debug: check the routing constraints on every step; queue_capacity: batches per module
-    input queue. Raises a subclass of EddiesError for bad input.
+    The run options are keywords (``policy``, ``batch_size``, ``seed``, ``debug``,
+    ``order``, ``window``, ``queue_capacity``; see :class:`RunOptions` for each), or
+    ``options=RunOptions(...)`` (keywords given too replace its values). Raises a subclass
+    of EddiesError for bad input, including an unknown option or a bad option value.
     """
+    options = RunOptions.from_kwargs(options, **kwargs)
     if trio.lowlevel.in_trio_run():
         raise EddiesError(
             "run_query()/execute() start their own trio loop and cannot run inside one; "
             "inside trio use `async with open_query(sql, catalog) as results`"
         )
-    options = dict(
-        policy=policy,
-        batch_size=batch_size,
-        seed=seed,
-        debug=debug,
-        order=order,
-        window=window,
-        queue_capacity=queue_capacity,
-    )
     return trio.run(_collect, sql, catalog, options)
 
 
@@ -261,27 +253,12 @@ def execute(
     sql: str,
     catalog: Catalog,
     *,
-    policy: str = "lottery",
-    batch_size: int | None = None,
-    seed: int | None = None,
-    debug: bool = False,
-    order: Sequence[str] | None = None,
-    window: float | None = None,
-    queue_capacity: int | None = None,
+    options: RunOptions | None = None,
+    **kwargs: Any,
 ) -> pa.Table:
     """Run ``sql`` over ``catalog`` and return the result as a pyarrow Table.
 
     Synchronous (runs its own trio loop); inside trio use :func:`open_query`. Options as in
     :func:`run_query`.
     """
-    return run_query(
-        sql,
-        catalog,
-        policy=policy,
-        batch_size=batch_size,
-        seed=seed,
-        debug=debug,
-        order=order,
-        window=window,
-        queue_capacity=queue_capacity,
-    ).table
+    return run_query(sql, catalog, options=options, **kwargs).table

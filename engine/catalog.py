@@ -21,7 +21,7 @@ import pyarrow as pa
 
 from eddies.engine.errors import DataSourceError, EddiesError, UdfError
 from eddies.modules.window import Window, check_window
-from eddies.router.expressions import FunctionSpec
+from eddies.router.expressions import DEFAULT_UDF_BACKOFF, FunctionSpec
 from eddies.sources.arrow_source import TableSource, make_source, plain_schema
 from eddies.sources.index_access import (
     DEFAULT_BACKOFF,
@@ -262,6 +262,7 @@ class Catalog:
         backoff: float = DEFAULT_BACKOFF,
         page_size: int = 10_000,
         access_name: str | None = None,
+        max_response_bytes: int | None = None,
     ) -> None:
         """Add the AMs of one REST mirror of a table (protocol: ``docs/web_sources.md``).
 
@@ -271,8 +272,11 @@ class Catalog:
         by those columns. Call it once per mirror: the mirrors' AMs compete, and when one
         times out, answers 5xx or drops connections past its retries, the eddy fails over
         to the others. access_name defaults to ``<table>.<host>-<port>``.
+        ``max_response_bytes`` caps one answer's body (default
+        :data:`eddies.sources.web.MAX_RESPONSE_BYTES`, 64 MiB): a larger answer fails the
+        request with a DataSourceError naming the URL and the cap.
         """
-        from eddies.sources.web import WebTable  # httpx is only needed for web tables
+        from eddies.sources.web import MAX_RESPONSE_BYTES, WebTable  # httpx: web tables only
 
         key_name = _check_name(name, "table", DataSourceError)
         remote = WebTable(
@@ -283,6 +287,9 @@ class Catalog:
             retries=retries,
             backoff=backoff,
             page_size=page_size,
+            max_response_bytes=MAX_RESPONSE_BYTES
+            if max_response_bytes is None
+            else max_response_bytes,
         )
         schema, key = remote.describe()
         base = access_name or f"{key_name}.{_host_of(url)}"
@@ -317,18 +324,65 @@ class Catalog:
         *,
         vectorized: bool = True,
         return_type: pa.DataType | None = None,
+        max_concurrency: int | None = None,
+        timeout: float | None = None,
+        retries: int = 0,
+        backoff: float = DEFAULT_UDF_BACKOFF,
+        cache: bool = True,
     ) -> None:
         """Register a Python function callable from SQL, typically an expensive predicate.
 
         vectorized=True: ``fn(*pyarrow.Array) -> array-like`` of the batch's length;
         vectorized=False: ``fn(*values) -> value``, called per row. ``async def`` functions
-        are awaited on the trio thread; plain functions run in a worker thread, so a slow
+        are awaited on the trio thread; plain functions run in worker threads, so a slow
         one never stalls the eddy. return_type defaults to boolean (a predicate).
+
+        Per query (stems-2003 §2.1.3's latency hiding, applied to predicates; see
+        :mod:`eddies.router.udf_calls`): max_concurrency: calls in flight at once for an
+        ``async def`` function (default 32), worker threads for a plain one (default 4);
+        cache: a per-row function is called once per distinct argument tuple (False: once
+        per row, for volatile functions); timeout: seconds per attempt (None: no limit);
+        retries: further attempts of a failed call, ``backoff * 2**k`` seconds apart,
+        after which the query fails with a UdfError naming the function and arguments.
+        Raises UdfError for a bad name or function, EddiesError naming a bad option.
         """
         key = _check_name(name, "function", UdfError)
         if not callable(fn):
             raise UdfError(f"function {name!r}: {fn!r} is not callable")
-        self._functions[key] = FunctionSpec(key, fn, vectorized, return_type or pa.bool_())
+        where = f"add_function({name!r})"
+        if not isinstance(vectorized, bool):
+            raise UdfError(f"{where}: vectorized must be True or False, got {vectorized!r}")
+        if return_type is not None and not isinstance(return_type, pa.DataType):
+            raise UdfError(f"{where}: return_type must be a pyarrow DataType, got {return_type!r}")
+        if max_concurrency is not None and (
+            isinstance(max_concurrency, bool)
+            or not isinstance(max_concurrency, int)
+            or max_concurrency < 1
+        ):
+            raise UdfError(
+                f"{where}: max_concurrency must be a positive integer, got {max_concurrency!r}"
+            )
+        if timeout is not None and (
+            isinstance(timeout, bool) or not isinstance(timeout, int | float) or not timeout > 0
+        ):
+            raise UdfError(f"{where}: timeout must be > 0 seconds or None, got {timeout!r}")
+        if isinstance(retries, bool) or not isinstance(retries, int) or retries < 0:
+            raise UdfError(f"{where}: retries must be an integer >= 0, got {retries!r}")
+        if isinstance(backoff, bool) or not isinstance(backoff, int | float) or not backoff >= 0:
+            raise UdfError(f"{where}: backoff must be >= 0 seconds, got {backoff!r}")
+        if not isinstance(cache, bool):
+            raise UdfError(f"{where}: cache must be True or False, got {cache!r}")
+        self._functions[key] = FunctionSpec(
+            key,
+            fn,
+            vectorized,
+            return_type or pa.bool_(),
+            max_concurrency=max_concurrency,
+            timeout=timeout,
+            retries=retries,
+            backoff=backoff,
+            cache=cache,
+        )
 
     def table(self, name: str) -> CatalogTable:
         return self._tables[name.lower()]
@@ -363,6 +417,7 @@ class Catalog:
     def _entry(self, name: str, schema: pa.Schema, key: Sequence[str] | None) -> CatalogTable:
         """The table ``name`` (a new, not yet registered one if unknown), after checking
         that an AM with ``schema`` and ``key`` may join it; DataSourceError if not."""
+        _check_unique_columns(name, schema)
         key_columns = _columns(name, schema, key, "key") if key is not None else None
         entry = self._tables.get(name)
         if entry is None:
@@ -429,6 +484,22 @@ def _columns(
             )
         out.append(actual)
     return tuple(out)
+
+
+def _check_unique_columns(table: str, schema: pa.Schema) -> None:
+    """DataSourceError if two columns of ``schema`` have the same name. SQL names are
+    case-insensitive (as in DuckDB), so ``A`` and ``a`` are the same name: a query could not
+    tell them apart."""
+    seen: dict[str, str] = {}
+    for column in schema.names:
+        first = seen.get(column.lower())
+        seen.setdefault(column.lower(), column)
+        if first is not None:
+            same = f"{first!r} and {column!r}" if first != column else f"{column!r} twice"
+            raise DataSourceError(
+                f"table {table!r}: duplicate column name: it has {same} (column names are "
+                "case-insensitive); rename one before adding the table"
+            )
 
 
 def _same_schema(a: pa.Schema, b: pa.Schema) -> bool:

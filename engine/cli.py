@@ -7,8 +7,10 @@
     eddies demo --policy lottery
     eddies serve-demo --port 8080 --latency lookup=0.05 --failure-rate 0.1
 
-Exit codes: 0 success, 2 usage or query error (``error: <message>`` on stderr, no
-traceback), 130 interrupted (Ctrl-C).
+Exit codes: 0 success, 2 usage or query error (one line on stderr, ``error: <message>``
+or ``eddies <command>: error: <message>``, no traceback), 1 internal error (an exception
+that is not an EddiesError: a bug; one line, the traceback with ``--log-level debug``),
+130 interrupted (Ctrl-C). ``python -m eddies`` runs the same command.
 """
 
 from __future__ import annotations
@@ -19,9 +21,10 @@ import decimal
 import os
 import pathlib
 import sys
+import traceback
 from collections import Counter
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, NoReturn
 
 import pyarrow as pa
 import trio
@@ -35,7 +38,7 @@ from eddies.engine.errors import find_error
 from eddies.engine.logging_setup import FORMATS, LEVELS, configure_logging
 from eddies.engine.progress import QueryProgress
 
-__all__ = ["DEMO_SQL", "DEMO_TABLES", "main"]
+__all__ = ["DEMO_SQL", "DEMO_TABLES", "GLOSSARY", "describe_module", "main"]
 
 #: The demo query: flights that left New York in strong winds (over 25 mph at the origin
 #: that hour), on planes with more than 100 seats, bound for airports above 1,000 ft.
@@ -61,6 +64,14 @@ _OUTPUT_FORMATS = {".parquet": "parquet", ".pq": "parquet", ".csv": "csv"}
 
 class UsageError(EddiesError):
     """A command-line argument is malformed (reported like any other EddiesError)."""
+
+
+class _Parser(argparse.ArgumentParser):
+    """An ArgumentParser whose usage errors are one line, not the whole usage block:
+    ``eddies query: error: argument --policy: invalid choice: ... (see eddies query -h)``."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
 
 # --------------------------------------------------------------------------------------
@@ -136,7 +147,7 @@ _non_negative_int = _int_at_least(0)
 
 def build_parser() -> argparse.ArgumentParser:
     """The ``eddies`` argument parser (exposed for tests and docs)."""
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="eddies",
         description="Adaptive streaming SQL over Arrow data: an eddy routes tuples "
         "through selections and SteMs while the query runs.",
@@ -429,20 +440,84 @@ def print_result(console: Console, table: pa.Table, limit: int, *, footer: str =
         )
 
 
-def _predicate_labels(stats: Any) -> dict[str, str]:
-    """``{"sm1": "w.wind_speed > 25", ...}`` from the run's query graph, if it has one."""
-    graph = getattr(stats, "graph", None)
-    labels: dict[str, str] = {}
+#: One line per term, printed under the demo's statistics (the papers' vocabulary).
+GLOSSARY = (
+    ("eddy", "the router: sends each tuple to the next module, learning the order as it runs"),
+    ("AM", "access module: reads a table (a scan, or an index that looks rows up by key)"),
+    ("SM", "selection module: one WHERE predicate; tuples that fail it are dropped"),
+    ("SteM", "state module: a table's rows seen so far; build adds rows, probe joins"),
+    ("signature", "span (the aliases a tuple covers) + done (the predicates it passed)"),
+)
+
+
+def _alias_tables(graph: Any) -> dict[str, str]:
+    return {a.name: a.table for a in getattr(graph, "aliases", ())}
+
+
+def _aliased(alias: str, tables: dict[str, str]) -> str:
+    table = tables.get(alias)
+    return alias if table in (None, alias) else f"{alias} ({table})"
+
+
+def describe_module(name: str, graph: Any) -> str:
+    """What the module ``name`` (a destination or a scan AM of ``RunStats.modules``) does,
+    in words: ``"w.wind_speed > 25"`` for ``sm1``, ``"join with p (planes): probe its
+    SteM"`` for ``probe:p``. Names follow :class:`Destination`; unknown names give ``""``."""
+    tables = _alias_tables(graph)
+    kind, _, rest = name.partition(":")
+    if name == "output":
+        return "hand finished tuples to the result"
+    if kind == "build":
+        return f"add {rest} rows to its SteM"
+    if kind == "probe":
+        return f"join with {_aliased(rest, tables)}: probe its SteM"
+    if kind == "lookup":
+        am, _, alias = rest.partition("@")
+        return f"index AM {am}: look up matching {_aliased(alias, tables)} rows"
+    if kind == "scan":
+        return "scan AM: read the table"
     for pred in getattr(graph, "predicates", ()):
-        text = str(getattr(pred, "sql", ""))
-        if getattr(pred, "edge", None) is not None:
-            text += "  (join edge: a SteM probe key)"
-        labels[str(getattr(pred, "name", ""))] = text
-    return labels
+        if str(getattr(pred, "name", "")) == name:
+            text = str(getattr(pred, "sql", ""))
+            return text + ("  (a join)" if getattr(pred, "edge", None) is not None else "")
+    return ""
+
+
+def _idle_notes(stats: RunStats) -> list[str]:
+    """Why modules that saw (or gave) no tuples saw none: one line per reason."""
+    graph = getattr(stats, "graph", None)
+    joins = {str(p.name) for p in getattr(graph, "predicates", ()) if getattr(p, "edge", None)}
+    idle = [name for name, m in stats.modules.items() if name.startswith("sm") and not m.tuples_in]
+    notes = []
+    idle_joins = [name for name in idle if name in joins]
+    if idle_joins:
+        notes.append(
+            f"{', '.join(idle_joins)}: 0 tuples because SteM probes apply these joins; the "
+            "SM checks a join only for a tuple that already spans both sides (a cycle)"
+        )
+    others = [name for name in idle if name not in joins]
+    if others:
+        notes.append(
+            f"{', '.join(others)}: 0 tuples because no tuple reached them (other modules "
+            "dropped every candidate first, or a LIMIT ended the query)"
+        )
+    empty_probes = [
+        name
+        for name, m in stats.modules.items()
+        if name.startswith("probe:") and m.tuples_in and not m.tuples_out
+    ]
+    if empty_probes:
+        notes.append(
+            f"{', '.join(empty_probes)}: 0 out because a probe finds only rows built before "
+            "the probing tuple (the SteM TimeStamp rule: each result is made once); rows "
+            "built later find that tuple from their side"
+        )
+    return notes
 
 
 def print_routing_stats(console: Console, stats: RunStats, *, max_signatures: int = 24) -> None:
-    """Per-module tuples in/out/busy, then the routing choices made for each signature."""
+    """Per-module tuples in/out/busy (each module named by what it does), why idle modules
+    saw no tuples, the routing choices made for each signature, and a glossary."""
     modules = Table(
         title="modules",
         title_justify="left",
@@ -451,8 +526,8 @@ def print_routing_stats(console: Console, stats: RunStats, *, max_signatures: in
         pad_edge=False,
     )
     for name, justify in [
-        ("destination", "left"),
-        ("kind", "left"),
+        ("module", "left"),
+        ("what it does", "left"),
         ("tuples in", "right"),
         ("tuples out", "right"),
         ("out/in", "right"),
@@ -460,27 +535,22 @@ def print_routing_stats(console: Console, stats: RunStats, *, max_signatures: in
         ("busy s", "right"),
     ]:
         modules.add_column(name, justify=justify, no_wrap=True)  # type: ignore[arg-type]
-    labels = _predicate_labels(stats)
+    graph = getattr(stats, "graph", None)
     for name, m in stats.modules.items():
-        ratio = f"{m.tuples_out / m.tuples_in:.3f}" if m.tuples_in else "–"
+        is_scan = name.startswith("scan:")  # an AM: tuples come from its table, not in
+        ratio = f"{m.tuples_out / m.tuples_in:.3f}" if m.tuples_in and name != "output" else "–"
         modules.add_row(
             name,
-            str(m.kind),
-            f"{m.tuples_in:,}",
-            f"{m.tuples_out:,}",
+            describe_module(name, graph),
+            "–" if is_scan else f"{m.tuples_in:,}",
+            "–" if name == "output" else f"{m.tuples_out:,}",
             ratio,
             f"{m.batches_in:,}",
             f"{m.busy_seconds:.3f}",
         )
     console.print(modules)
-    if labels:
-        legend = Table.grid(padding=(0, 2))
-        legend.add_column(no_wrap=True)
-        legend.add_column()
-        for name, text in labels.items():
-            legend.add_row(name, text)
-        console.print(Text("predicates", style="italic"))
-        console.print(legend, style="dim")
+    for note in _idle_notes(stats):
+        console.print(Text(note, style="dim"))
     console.print()
 
     # Routing choices per signature: the tuples of one signature (tables spanned, Done
@@ -518,6 +588,14 @@ def print_routing_stats(console: Console, stats: RunStats, *, max_signatures: in
             style="dim",
         )
     )
+    console.print()
+    glossary = Table.grid(padding=(0, 2))
+    glossary.add_column(no_wrap=True, style="bold")
+    glossary.add_column()
+    for term, meaning in GLOSSARY:
+        glossary.add_row(term, meaning)
+    console.print(Text("glossary", style="italic"))
+    console.print(glossary)
 
 
 # --------------------------------------------------------------------------------------
@@ -570,7 +648,10 @@ def _cmd_query(args: argparse.Namespace) -> int:
         if name in seen:
             raise UsageError(f"--table {name} given twice")
         seen.add(name)
-        catalog.add_table(name, str(path))
+        try:
+            catalog.add_table(name, str(path))
+        except (OSError, ValueError, pa.ArrowException) as exc:  # e.g. not UTF-8
+            raise UsageError(f"--table {name}: cannot read {path}: {exc}") from exc
 
     console = _stdout_console()
     if args.explain:
@@ -738,7 +819,24 @@ def main(argv: Sequence[str] | None = None) -> int:
         if found is not None:
             _error(f"error: {found}")
             return 2
-        raise
+        return _internal_error(group, args)
+    except Exception as exc:
+        return _internal_error(exc, args)
+
+
+def _internal_error(exc: BaseException, args: argparse.Namespace) -> int:
+    """Report an exception that is not an EddiesError: a bug in eddies, not the user's
+    mistake. One line (exit 1); the traceback only with ``--log-level debug``."""
+    while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
+        exc = exc.exceptions[0]
+    detail = " ".join(str(exc).split()) or "(no message)"
+    if getattr(args, "log_level", None) == "debug":
+        traceback.print_exception(exc)
+    _error(
+        f"internal error: {type(exc).__name__}: {detail} (a bug in eddies; "
+        "--log-level debug shows the traceback)"
+    )
+    return 1
 
 
 if __name__ == "__main__":

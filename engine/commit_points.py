@@ -19,12 +19,11 @@ pushed without pause still lets the eddy idle between batches.
 
 from __future__ import annotations
 
-from collections.abc import Hashable
+from collections.abc import Awaitable, Callable, Hashable
 from dataclasses import dataclass, field
 
 import trio
 
-from eddies.modules.scan import ScanAM
 from eddies.modules.stem import SteM
 from eddies.router.eddy import Eddy
 from eddies.sources.stream import StreamTable
@@ -43,29 +42,28 @@ class Commit:
 class CommitPoints:
     """Grants commit points at quiescent moments of one running query (see module doc).
 
-    eddy: the query's eddy; streams: the StreamTables it reads; static_tables: tables read
-    by scans that end (they must be read in full before a commit point); stream_scans: the
-    streams' scan AMs; windowed: the SteMs of windowed streams, which evict whenever the
-    eddy is idle (no row id is in flight, nor held by a scan AM: ``Eddy.idle``).
+    Built before the eddy and the scan AMs, which get its hooks at construction:
+    ``streams_may_start`` (the streams' scan AMs' ``start_after``), ``eviction_barrier``
+    (their ``before_append``, when there are windowed SteMs: :attr:`before_append`) and
+    ``changed`` (the eddy's ``on_idle``); the eddy itself is handed to :meth:`run`.
+
+    streams: the StreamTables the query reads; static_tables: tables read by scans that
+    end (they must be read in full before a commit point); windowed: the SteMs of windowed
+    streams, which evict whenever the eddy is idle (no row id is in flight, nor held by a
+    scan AM: ``Eddy.idle``).
     """
 
     def __init__(
         self,
-        eddy: Eddy,
         streams: list[StreamTable],
         static_tables: set[str],
-        stream_scans: list[ScanAM] | None = None,
         windowed: list[SteM] | None = None,
     ) -> None:
-        self.eddy = eddy
+        self.eddy: Eddy | None = None  # set when run() starts
         self.streams = streams
         self.static_tables = static_tables
-        self.stream_scans = stream_scans or []
         self.windowed = windowed or []
         self._evicted = trio.Event()
-        if self.windowed:
-            for scan in self.stream_scans:
-                scan.before_append = self.eviction_barrier
         self._requests: list[Commit] = []
         self._wake = trio.Event()
         self._wake.set()  # look once at the start: a query may have no static table
@@ -73,9 +71,13 @@ class CommitPoints:
         # Set once every static table's scans have finished: the streams' scan AMs wait
         # for it, so static tables are older than every stream tuple (windows rely on it).
         self.streams_may_start = trio.Event()
-        eddy.on_idle = self.changed
-        for stream in streams:
+        for stream in streams:  # the catalog's streams report to the query reading them
             stream.on_wait = self.changed
+
+    @property
+    def before_append(self) -> Callable[[], Awaitable[None]] | None:
+        """The hook for the streams' scan AMs: the eviction barrier if any SteM evicts."""
+        return self.eviction_barrier if self.windowed else None
 
     def changed(self) -> None:
         """Something may have become quiescent (called by the eddy and the streams).
@@ -83,6 +85,9 @@ class CommitPoints:
         Eviction runs here, synchronously: while the eddy is idle, no row id is in flight
         anywhere (``Eddy.idle`` counts the batches scan AMs have not handed over yet).
         """
+        if self.eddy is None:  # the eddy has not started: run() will look
+            self._wake.set()
+            return
         if self.windowed and self.eddy.idle():
             for stem in self.windowed:
                 stem.evict()
@@ -103,7 +108,8 @@ class CommitPoints:
 
     def quiescent(self) -> bool:
         return (
-            self.eddy.idle()
+            self.eddy is not None
+            and self.eddy.idle()
             and all(s.waiting or s.drained for s in self.streams)
             and self.eddy.scans_closed(self.static_tables)
         )
@@ -118,17 +124,19 @@ class CommitPoints:
         await commit.done.wait()
         return commit.results
 
-    async def run(self, results: trio.MemorySendChannel) -> None:
+    async def run(self, eddy: Eddy, results: trio.MemorySendChannel) -> None:
         """The long-lived task: sends a :class:`Commit` marker down ``results`` at each
-        quiescent moment someone waits for; at the end of the query, a last one."""
+        quiescent moment someone waits for; at the end of the query, a last one. ``eddy``:
+        the query's eddy, built with :meth:`changed` as its ``on_idle``."""
+        self.eddy = eddy
         async with results:
             while True:
                 await self._wake.wait()
                 self._wake = trio.Event()
-                if self.eddy.ended:
+                if eddy.ended:
                     break
                 if not self.streams_may_start.is_set():
-                    if not self.eddy.scans_closed(self.static_tables):
+                    if not eddy.scans_closed(self.static_tables):
                         continue
                     self.streams_may_start.set()
                 if self._requests and self.quiescent():

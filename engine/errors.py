@@ -34,6 +34,13 @@ class QueryTypeError(EddiesError):
     """An expression applies an operation to values of the wrong type."""
 
 
+class ExpressionError(QueryTypeError):
+    """Evaluating an expression failed on the data: an arithmetic overflow, a value that
+    cannot be cast (``CAST('y' AS INTEGER)``), a division by zero in ``%`` or ``//``. As in
+    DuckDB (Out of Range / Conversion / Invalid Input errors), the query fails; the message
+    names the expression."""
+
+
 class DataSourceError(EddiesError):
     """A table's data cannot be read or has the wrong shape."""
 
@@ -42,18 +49,42 @@ class UdfError(EddiesError):
     """A registered Python function failed or returned a result of the wrong shape."""
 
 
-def position_of(node: Any) -> tuple[int, int] | None:
-    """Line and column (1-based) of the first identifier or literal under a sqlglot node.
+def line_col(sql: str, offset: int) -> tuple[int, int]:
+    """1-based line and column of character ``offset`` in ``sql``."""
+    offset = max(0, min(offset, len(sql)))
+    line = sql.count("\n", 0, offset) + 1
+    return line, offset - (sql.rfind("\n", 0, offset) + 1) + 1
 
-    sqlglot records token positions in ``meta`` on identifiers and literals only, so the
-    first such leaf in a pre-order walk is the construct's start, or near it.
+
+def _start_of(node: Any) -> tuple[int, int, int] | None:
+    """(offset, line, column) where the earliest token recorded under ``node`` starts.
+
+    sqlglot records token positions in ``meta`` on identifiers, literals, stars and
+    function names only (``col`` is the token's last column), so the earliest such leaf is
+    the construct's start, or near it. The walk is sqlglot's iterative BFS.
     """
-    if node is None:
-        return None
+    best = None
     for sub in node.walk():
         meta = getattr(sub, "_meta", None) or {}
         if "line" in meta and "col" in meta:
-            return int(meta["line"]), int(meta["col"])
+            start = int(meta.get("start", 0))
+            col = int(meta["col"]) - (int(meta.get("end", start)) - start)
+            if best is None or start < best[0]:
+                best = (start, int(meta["line"]), max(col, 1))
+    return best
+
+
+def position_of(node: Any) -> tuple[int, int] | None:
+    """Line and column (1-based) where a sqlglot node starts in the SQL text.
+
+    A node with no recorded token under it (``NULL``, a bare keyword construct) takes the
+    position of its nearest ancestor that has one.
+    """
+    while node is not None:
+        found = _start_of(node) if hasattr(node, "walk") else None
+        if found is not None:
+            return found[1], found[2]
+        node = getattr(node, "parent", None)
     return None
 
 

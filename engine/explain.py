@@ -12,7 +12,7 @@ from collections import deque
 
 from eddies.engine.catalog import Catalog
 from eddies.engine.planner import Plan, plan_query
-from eddies.router.routing_table import RoutingTable
+from eddies.router.routing_table import DestinationKind, RoutingTable
 from eddies.router.stats import RunStats
 from eddies.router.tuple_batch import Signature
 
@@ -30,24 +30,24 @@ def _successors(plan: Plan, table: RoutingTable, sig: Signature) -> list[Signatu
     ]
     for dest_id, edge in steps:
         dest = plan.destinations[dest_id]
-        if dest.kind == "lookup":
+        if dest.kind is DestinationKind.LOOKUP:
             if sig.prior:
                 continue  # a prior prober ends at the AM
             out.append(Signature(sig.span, sig.done, True, 0, sig.looked | 1 << dest.target_alias))
-        elif dest.kind == "build":
+        elif dest.kind is DestinationKind.BUILD:
             out += [
                 Signature(1 << a, sig.done if len(graph.aliases_of(dest.table)) == 1 else 0, True)
                 for a in graph.aliases_of(dest.table)
             ]
-        elif dest.kind == "sm":
+        elif dest.kind is DestinationKind.SM:
             bit = graph.predicates[dest.predicate].bit
             out.append(dataclasses.replace(sig, done=sig.done | bit))
-        elif dest.kind == "probe" and sig.floating:
+        elif dest.kind is DestinationKind.PROBE and sig.floating:
             bit = graph.predicates[edge].bit if edge is not None else 0
             span = sig.span | 1 << dest.target_alias
             out.append(Signature(span, sig.done | bit, False, 0, 0, True))
             out.append(Signature(sig.span, sig.done, False, 1 << dest.target_alias, 0, True))
-        elif dest.kind == "probe":
+        elif dest.kind is DestinationKind.PROBE:
             bit = graph.predicates[edge].bit if edge is not None else 0
             looked = sig.looked & ~(1 << dest.target_alias)
             out.append(

@@ -130,14 +130,28 @@ class Finalizer:
         if n_groups and not self._collected:  # no rows, no groups
             agg = pa.table({name: pa.array([], pa.null()) for name in pre.column_names})
         elif n_groups:
+            nan_max = [
+                j
+                for j, a in enumerate(spec.aggregates)
+                if a.function == "max" and pa.types.is_floating(pre.column(f"__a{j}").type)
+            ]
+            for j in nan_max:  # DuckDB: NaN is the greatest value, so max sees it
+                pre = pre.append_column(f"__nan{j}", pc.is_nan(pre.column(f"__a{j}")))
             grouped = pre.group_by([f"__g{i}" for i in range(n_groups)], use_threads=False)
             agg = grouped.aggregate(
                 [(f"__a{j}", a.function) for j, a in enumerate(spec.aggregates)]
+                + [(f"__nan{j}", "any") for j in nan_max]
             )
             output_names = {
                 f"__a{j}_{a.function}": f"__a{j}" for j, a in enumerate(spec.aggregates)
             }
             agg = agg.rename_columns([output_names.get(c, c) for c in agg.column_names])
+            for j in nan_max:
+                has_nan = pc.fill_null(agg.column(f"__nan{j}_any"), False)
+                col = agg.column(f"__a{j}")
+                fixed = pc.if_else(has_nan, pa.scalar(float("nan"), col.type), col)
+                agg = agg.set_column(agg.column_names.index(f"__a{j}"), f"__a{j}", fixed)
+                agg = agg.drop_columns([f"__nan{j}_any"])
         else:
             agg = pa.table(
                 {
@@ -176,6 +190,8 @@ def _scalar_aggregate(values: pa.ChunkedArray, function: str) -> Any:
         return pc.mean(values).as_py()
     if function == "min":
         return pc.min(values).as_py()
+    if pa.types.is_floating(values.type) and pc.any(pc.is_nan(values)).as_py():
+        return float("nan")  # DuckDB: NaN is the greatest value
     return pc.max(values).as_py()
 
 
@@ -221,6 +237,9 @@ def _sort(table: pa.Table, keys: list[tuple[str, bool, bool]]) -> pa.Table:
         nulls = f"__null{i}"
         columns[nulls] = pc.is_null(columns[name], nan_is_null=False)
         sort_keys.append((nulls, "descending" if nulls_first else "ascending"))
+        if pa.types.is_floating(columns[name].type):  # DuckDB: NaN above every number
+            columns[f"__nan{i}"] = pc.fill_null(pc.is_nan(columns[name]), False)
+            sort_keys.append((f"__nan{i}", "descending" if desc else "ascending"))
         sort_keys.append((name, "descending" if desc else "ascending"))
     order = pc.sort_indices(pa.table(columns), sort_keys=sort_keys)
     return table.take(order)

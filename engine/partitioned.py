@@ -46,8 +46,9 @@ from eddies.engine.api import _unwrap, execute
 from eddies.engine.catalog import Catalog, CatalogTable
 from eddies.engine.errors import DataSourceError, EddiesError
 from eddies.engine.finalize import Finalizer
+from eddies.engine.options import RunOptions
 from eddies.engine.planner import Plan, plan_query
-from eddies.engine.run import RunOptions, run_plan, seed_scheduler
+from eddies.engine.run import run_plan, seed_scheduler
 from eddies.engine.spark import arrow_schema
 from eddies.router.expressions import FunctionSpec
 from eddies.router.stats import RunStats
@@ -408,7 +409,7 @@ class _Payload:
     core: bool  # True: only the eddy (the driver finishes); False: the whole query
     output_columns: list[tuple[int, str]]
     out_schema: pa.Schema  # what Spark expects back
-    options: dict[str, Any] = field(default_factory=dict)
+    options: RunOptions = field(default_factory=RunOptions)
 
 
 def _bucket_catalog(payload: _Payload, slices: Mapping[str, pa.Table]) -> Catalog:
@@ -446,18 +447,6 @@ async def _eddy_rows(plan: Plan, options: RunOptions) -> list[pa.RecordBatch]:
     return batches
 
 
-def _run_options(options: Mapping[str, Any]) -> RunOptions:
-    """The engine's options from ``execute``-style keywords; EddiesError if unknown."""
-    known = set(RunOptions.__dataclass_fields__)
-    unknown = sorted(set(options) - known)
-    if unknown:
-        raise EddiesError(f"unknown query options {unknown}; known: {sorted(known)}")
-    values = dict(options)
-    if values.get("order") is not None:
-        values["order"] = tuple(values["order"])
-    return RunOptions(**values)
-
-
 def _core_batch(batch: pa.RecordBatch, schema: pa.Schema) -> pa.RecordBatch:
     if not len(schema) or schema.names[0] == "_eddies_row":  # no columns: keep the count
         return pa.RecordBatch.from_arrays([pa.nulls(batch.num_rows, pa.bool_())], schema=schema)
@@ -476,7 +465,7 @@ def _run_bucket(payload: _Payload, slices: Mapping[str, pa.Table]) -> Iterator[p
         return  # every result row needs a row of each partitioned alias
     cat = _bucket_catalog(payload, slices)
     if not payload.core:
-        table = execute(payload.sql, cat, **payload.options)
+        table = execute(payload.sql, cat, options=payload.options)
         for batch in table.to_batches():
             yield pa.RecordBatch.from_arrays(
                 [c.cast(f.type) for c, f in zip(batch.columns, payload.out_schema, strict=True)],
@@ -486,7 +475,7 @@ def _run_bucket(payload: _Payload, slices: Mapping[str, pa.Table]) -> Iterator[p
     plan = plan_query(payload.sql, cat)
     if plan.output_columns != payload.output_columns:  # pragma: no cover - a planner change
         raise EddiesError("the per-partition plan reads other columns than the driver's")
-    options = _run_options(payload.options)
+    options = payload.options
     if options.seed is not None:
         seed_scheduler(options.seed)
     for batch in trio.run(_eddy_rows, plan, options):
@@ -594,7 +583,10 @@ def _prepare(sql: str, catalog: Catalog, partitioned: Mapping[str, Any]) -> _Pre
 
 
 def _on_driver(
-    prepared: _Prepared, catalog: Catalog, partitioned: Mapping[str, Any], options: dict
+    prepared: _Prepared,
+    catalog: Catalog,
+    partitioned: Mapping[str, Any],
+    options: RunOptions,
 ) -> pa.Table:
     log.warning(
         "query runs as one eddy on the driver",
@@ -607,7 +599,7 @@ def _on_driver(
         if name.lower() in used:
             local.add_table(name, conform(df.toArrow(), prepared.schemas[name.lower()], name))
     local_tables = _PlanningCatalog(catalog, {n: local.table(n) for n in local.tables})
-    return execute(prepared.partition.sql, local_tables, **options)  # type: ignore[arg-type]
+    return execute(prepared.partition.sql, local_tables, options=options)  # type: ignore[arg-type]
 
 
 def _executor_frame(
@@ -616,7 +608,7 @@ def _executor_frame(
     catalog: Catalog,
     partitioned: Mapping[str, Any],
     partitions: int | None,
-    options: dict,
+    options: RunOptions,
 ) -> tuple[Any, list[str]]:
     """The lazy Spark DataFrame of the executors' output and its column names."""
     from pyspark.sql import functions as F
@@ -720,6 +712,7 @@ def run_partitioned_arrow(
     partitioned: Mapping[str, Any],
     *,
     partitions: int | None = None,
+    options: RunOptions | None = None,
     **query_options: Any,
 ) -> pa.Table:
     """Run ``sql`` as independent eddies over partitions in Spark; the result as Arrow.
@@ -727,17 +720,17 @@ def run_partitioned_arrow(
     Same arguments and rules as :func:`run_partitioned`; returns a pyarrow Table in the
     query's result schema (equal, as a bag, to ``execute(sql, ...)`` on one node).
     """
-    _run_options(query_options)  # fail on bad options before any Spark job
+    run_options = RunOptions.from_kwargs(options, **query_options)  # before any Spark job
     prepared = _prepare(sql, catalog, partitioned)
     if not prepared.partition.partitionable:
-        return _on_driver(prepared, catalog, partitioned, query_options)
+        return _on_driver(prepared, catalog, partitioned, run_options)
     log.info(
         "running partitioned",
         strategy=prepared.partition.strategy,
         reason=prepared.partition.reason,
         finish=list(prepared.partition.finish),
     )
-    df, _ = _executor_frame(spark, prepared, catalog, partitioned, partitions, query_options)
+    df, _ = _executor_frame(spark, prepared, catalog, partitioned, partitions, run_options)
     rows = df.toArrow()
     if prepared.partition.finish:
         return _finish(prepared.plan, rows)
@@ -754,6 +747,7 @@ def run_partitioned(
     partitioned: Mapping[str, Any],
     *,
     partitions: int | None = None,
+    options: RunOptions | None = None,
     **query_options: Any,
 ) -> Any:
     """Run ``sql`` as independent eddies inside Spark executors; a Spark DataFrame.
@@ -764,8 +758,9 @@ def run_partitioned(
     must pickle); partitioned: ``{table name: Spark DataFrame}`` for the large tables (a
     name also in ``catalog`` means the DataFrame); partitions: pieces to cut the data into
     (default: the DataFrame's partitions for one partitioned alias, else
-    ``spark.sql.shuffle.partitions`` hash buckets); query_options: passed to each eddy
-    (``policy``, ``batch_size``, ``seed``, ...; see :func:`eddies.engine.execute`).
+    ``spark.sql.shuffle.partitions`` hash buckets); options, or query_options as keywords
+    (``policy``, ``batch_size``, ``seed``, ...): the
+    :class:`~eddies.engine.options.RunOptions` of each eddy (EddiesError if bad).
 
     The plan comes from :func:`analyze_partitioning`. A query the executors can answer
     alone (select-project-join) gives a lazy DataFrame of their union. A query with
@@ -776,7 +771,7 @@ def run_partitioned(
     need eddies installed in the Python Spark runs them with (``PYSPARK_PYTHON``).
     Raises the planner's EddiesError subclasses before any Spark job starts.
     """
-    _run_options(query_options)
+    run_options = RunOptions.from_kwargs(options, **query_options)
     prepared = _prepare(sql, catalog, partitioned)
     if prepared.partition.partitionable and not prepared.partition.finish:
         log.info(
@@ -784,12 +779,10 @@ def run_partitioned(
             strategy=prepared.partition.strategy,
             reason=prepared.partition.reason,
         )
-        df, names = _executor_frame(
-            spark, prepared, catalog, partitioned, partitions, query_options
-        )
+        df, names = _executor_frame(spark, prepared, catalog, partitioned, partitions, run_options)
         return df.toDF(*names)
     table = run_partitioned_arrow(
-        spark, sql, catalog, partitioned, partitions=partitions, **query_options
+        spark, sql, catalog, partitioned, partitions=partitions, options=run_options
     )
     struct, _ = _spark_schema(spark, table.schema)
     return spark.createDataFrame(table, schema=struct)

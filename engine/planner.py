@@ -37,10 +37,18 @@ from eddies.engine.errors import (
     describe,
 )
 from eddies.engine.sql import QueryBlock, parse_query
-from eddies.modules.key_encoding import KIND_FLOAT, common_kind, key_kind
+from eddies.modules.key_encoding import common_kind, key_kind, wider_kind
 from eddies.router.expressions import ColumnRef, Expr, FunctionSpec, check_types
-from eddies.router.query_graph import AccessInfo, AliasInfo, Edge, Predicate, QueryGraph
-from eddies.router.routing_table import Destination
+from eddies.router.query_graph import (
+    AccessInfo,
+    AccessKind,
+    AliasInfo,
+    Edge,
+    Predicate,
+    QueryGraph,
+)
+from eddies.router.routing_table import Destination, DestinationKind
+from eddies.router.udf_calls import UdfStats
 
 #: Probe tuples per Work sent to an index AM: a few lookups' worth per lookup slot, so the
 #: AM always has work queued, yet a big batch is spread over Works that the access chooser
@@ -65,6 +73,16 @@ class BaseScope:
         self.functions = functions
         self._by_alias = {a.name: a for a in aliases}
         self._columns = [{f.name.lower(): f.name for f in s} for s in schemas]
+        # JOIN ... USING / NATURAL JOIN: the right side's copy of a join column -> the
+        # column it was merged into. Unqualified, the two are one column (DuckDB), and
+        # ``SELECT *`` shows it once; ``alias.column`` still names either copy.
+        self.merged: dict[tuple[int, str], tuple[int, str]] = {}
+
+    def canonical(self, key: tuple[int, str]) -> tuple[int, str]:
+        """The column a (possibly merged) column key stands for."""
+        while key in self.merged:
+            key = self.merged[key]
+        return key
 
     def types(self) -> dict[tuple[int, str], pa.DataType]:
         return {(a.index, f.name): f.type for a in self.aliases for f in self.schemas[a.index]}
@@ -86,17 +104,22 @@ class BaseScope:
                     f"{describe(column)}"
                 )
             return ColumnRef((alias.index, actual), f"{alias.name}.{actual}")
-        found = [a for a in self.aliases if name in self._columns[a.index]]
+        found = list(
+            dict.fromkeys(
+                self.canonical((a.index, self._columns[a.index][name]))
+                for a in self.aliases
+                if name in self._columns[a.index]
+            )
+        )
         if not found:
             raise UnknownColumnError(f"unknown column {describe(column)}")
         if len(found) > 1:
             raise UnknownColumnError(
                 f"column reference {describe(column)} is ambiguous: it is in "
-                f"{', '.join(a.name for a in found)}"
+                f"{', '.join(self.aliases[k[0]].name for k in found)}"
             )
-        alias = found[0]
-        actual = self._columns[alias.index][name]
-        return ColumnRef((alias.index, actual), f"{alias.name}.{actual}")
+        key = found[0]
+        return ColumnRef(key, f"{self.aliases[key[0]].name}.{key[1]}")
 
     def star(self, qualifier: str | None) -> list[exp.Column]:
         aliases = self.aliases
@@ -109,6 +132,7 @@ class BaseScope:
             exp.column(f.name, table=a.name, quoted=True)
             for a in aliases
             for f in self.schemas[a.index]
+            if qualifier or (a.index, f.name) not in self.merged
         ]
 
 
@@ -167,11 +191,13 @@ class Plan:
     index_kinds: dict[str, dict[tuple[str, ...], tuple[str, ...]]]
     output_columns: list[tuple[int, str]]
     finalize: FinalizeSpec
+    # Per function the query calls: calls, cache hits, seconds waited (filled while it runs).
+    udf_stats: dict[str, UdfStats] = field(default_factory=dict)
 
 
 def plan_query(sql: str, catalog: Catalog) -> Plan:
     """Parse, resolve, type-check and plan ``sql``. Raises a subclass of EddiesError."""
-    block = parse_query(sql)
+    block = parse_query(sql, functions=[name.lower() for name in catalog.functions])
     aliases: list[AliasInfo] = []
     sources: dict[str, CatalogTable] = {}
     for ref in block.tables:
@@ -185,8 +211,12 @@ def plan_query(sql: str, catalog: Catalog) -> Plan:
             )
         aliases.append(AliasInfo(len(aliases), ref.alias, ref.name))
         sources[ref.name] = catalog.table(ref.name)
-    scope = BaseScope(aliases, [sources[a.table].schema for a in aliases], catalog.functions)
+    # This query's own copies: its calls of each function share one limit, cache and stats.
+    udf_stats: dict[str, UdfStats] = {}
+    functions = {name: f.for_query(udf_stats) for name, f in catalog.functions.items()}
+    scope = BaseScope(aliases, [sources[a.table].schema for a in aliases], functions)
     types = scope.types()
+    _plan_joins(block, scope)
 
     predicates = _plan_predicates(block, scope, types)
     graph = QueryGraph(aliases, predicates, access=_access_methods(sources))
@@ -199,14 +229,100 @@ def plan_query(sql: str, catalog: Catalog) -> Plan:
     elif graph.strict_build_first(aliases[0].table):  # competing AMs: dedup in the SteM
         graph.stem_tables = [aliases[0].table]
     index_kinds = _index_kinds(graph, scope)
-    finalize = _plan_finalize(block, scope, types, catalog.functions)
+    finalize = _plan_finalize(block, scope, types, functions)
     # Base columns the finalizer reads; post-aggregate keys are strings, not (alias, column).
     everything = finalize.select + [o[0] for o in finalize.order] + (finalize.group or [])
     everything += [a.arg for a in finalize.aggregates]
     output_columns = sorted(
         {k for e in everything for k in e.column_keys() if isinstance(k, tuple)}
     )
-    return Plan(sql, graph, _destinations(graph), sources, index_kinds, output_columns, finalize)
+    return Plan(
+        sql,
+        graph,
+        _destinations(graph),
+        sources,
+        index_kinds,
+        output_columns,
+        finalize,
+        udf_stats,
+    )
+
+
+def _plan_joins(block: QueryBlock, scope: BaseScope) -> None:
+    """Resolve JOIN ... USING and NATURAL JOIN into equalities (added to
+    ``block.conjuncts``) and merged columns (``scope.merged``), as DuckDB does; check that
+    each ON clause names only tables joined so far. Raises UnknownColumnError."""
+    for spec in block.joins:
+        right = spec.index
+        if spec.kind == "on":
+            for node in spec.on:
+                for column in node.find_all(exp.Column):
+                    if isinstance(column.this, exp.Star):
+                        continue
+                    alias = scope.resolve(column).key[0]
+                    if alias > right:
+                        raise UnknownColumnError(
+                            f"the ON clause of the join with {scope.aliases[right].name!r} "
+                            f"refers to {scope.aliases[alias].name!r}, which is joined later: "
+                            f"{describe(column)}"
+                        )
+            continue
+        if spec.kind not in ("using", "natural"):
+            continue
+        left = range(spec.group, right)
+        right_cols = scope._columns[right]
+        if spec.kind == "using":
+            names = list(dict.fromkeys(ident.name.lower() for ident in spec.using))
+            places = {ident.name.lower(): ident for ident in spec.using}
+        else:
+            visible = {
+                name
+                for a in left
+                for name, actual in scope._columns[a].items()
+                if (a, actual) not in scope.merged
+            }
+            names = [name for name in right_cols if name in visible]
+            places = {}
+            if not names:
+                raise UnknownColumnError(
+                    f"NATURAL JOIN {describe(spec.node.this)}: no column name is common to "
+                    "both sides (DuckDB refuses it too)"
+                )
+        for name in names:
+            where = describe(places.get(name, spec.node.this))
+            if name not in right_cols:
+                raise UnknownColumnError(
+                    f"USING column {name!r} is not a column of "
+                    f"{scope.aliases[right].name!r} (the right side): {where}"
+                )
+            found = list(
+                dict.fromkeys(
+                    scope.canonical((a, scope._columns[a][name]))
+                    for a in left
+                    if name in scope._columns[a]
+                )
+            )
+            if not found:
+                raise UnknownColumnError(
+                    f"USING column {name!r} is not a column of the left side of the join: {where}"
+                )
+            if len(found) > 1:
+                raise UnknownColumnError(
+                    f"USING column {name!r} is ambiguous on the left side of the join (in "
+                    f"{', '.join(scope.aliases[k[0]].name for k in found)}): {where}"
+                )
+            target = found[0]
+            key = (right, right_cols[name])
+            scope.merged[key] = target
+            equality = exp.EQ(
+                this=exp.column(target[1], table=scope.aliases[target[0]].name, quoted=True),
+                expression=exp.column(key[1], table=scope.aliases[right].name, quoted=True),
+            )
+            ident = places.get(name)
+            if ident is not None:  # errors about the equality point at the USING column
+                for column in equality.find_all(exp.Identifier):
+                    column.meta.update(ident.meta)
+            block.conjuncts.append(equality)
 
 
 def _plan_predicates(
@@ -232,6 +348,19 @@ def _plan_predicates(
                 edges.setdefault((left.key[0], right.key[0]), []).append((node, left, right))
                 continue
         singles.append((node, expr))
+    if len(singles) + len(edges) > MAX_PREDICATES:
+        # Too many Done bits: one SM per set of tables instead of one per conjunct (the
+        # eddy then orders fewer, bigger selections; a 5,000-term AND chain still runs).
+        groups: dict[int, list[exp.Expression]] = {}
+        for node, expr in singles:
+            groups.setdefault(sum({1 << k[0] for k in expr.column_keys()}), []).append(node)
+        singles = [
+            (nodes[0], compile_expr(nodes[0], scope))
+            if len(nodes) == 1
+            else (combined, compile_expr(combined, scope))
+            for nodes in groups.values()
+            for combined in [exp.and_(*nodes, copy=False)]
+        ]
     predicates: list[Predicate] = []
     for node, expr in singles:
         mask = sum({1 << k[0] for k in expr.column_keys()})
@@ -260,7 +389,9 @@ def _plan_predicates(
         )
     if len(predicates) > MAX_PREDICATES:
         raise UnsupportedQueryError(
-            f"the query has {len(predicates)} predicates; at most {MAX_PREDICATES} are supported"
+            f"the query has {len(predicates)} join and selection predicates (one per pair "
+            f"or set of tables); at most {MAX_PREDICATES} are supported (Done bits are a "
+            "63-bit mask)"
         )
     return predicates
 
@@ -269,10 +400,12 @@ def _access_methods(tables: dict[str, CatalogTable]) -> list[AccessInfo]:
     access: list[AccessInfo] = []
     for name, table in tables.items():
         for scan in table.scans:
-            access.append(AccessInfo(len(access), scan.access_name or name, name, "scan"))
+            access.append(AccessInfo(len(access), scan.access_name or name, name, AccessKind.SCAN))
         for index in table.indexes:
             access.append(
-                AccessInfo(len(access), index.name, name, "index", index.on, index.max_concurrency)
+                AccessInfo(
+                    len(access), index.name, name, AccessKind.INDEX, index.on, index.max_concurrency
+                )
             )
     return access
 
@@ -380,8 +513,7 @@ def _index_kinds(graph: QueryGraph, scope: BaseScope) -> dict[str, dict]:
                 cols, [key_kind(scope.schemas[alias].field(c).type) for c in cols]
             )
             for i, k in enumerate(p.edge.kinds):
-                if k == KIND_FLOAT:
-                    current[i] = KIND_FLOAT
+                current[i] = wider_kind(k, current[i])
     return {t: {c: tuple(k) for c, k in per.items()} for t, per in kinds.items()}
 
 
@@ -391,10 +523,12 @@ def _destinations(graph: QueryGraph) -> list[Destination]:
     dests: list[Destination] = []
     for table in graph.stem_tables:
         dests.append(
-            Destination(len(dests), f"build:{table}", "build", f"stem:{table}", table=table)
+            Destination(
+                len(dests), f"build:{table}", DestinationKind.BUILD, f"stem:{table}", table=table
+            )
         )
     for p in graph.predicates:
-        dests.append(Destination(len(dests), p.name, "sm", p.name, predicate=p.index))
+        dests.append(Destination(len(dests), p.name, DestinationKind.SM, p.name, predicate=p.index))
     if graph.stem_tables:
         for a in graph.aliases:
             if a.table not in graph.stem_tables:
@@ -403,7 +537,7 @@ def _destinations(graph: QueryGraph) -> list[Destination]:
                 Destination(
                     len(dests),
                     f"probe:{a.name}",
-                    "probe",
+                    DestinationKind.PROBE,
                     f"stem:{a.table}",
                     table=a.table,
                     target_alias=a.index,
@@ -415,7 +549,7 @@ def _destinations(graph: QueryGraph) -> list[Destination]:
                     Destination(
                         len(dests),
                         f"lookup:{am.name}@{a.name}",
-                        "lookup",
+                        DestinationKind.LOOKUP,
                         f"am:{am.name}",
                         table=a.table,
                         target_alias=a.index,
@@ -423,7 +557,7 @@ def _destinations(graph: QueryGraph) -> list[Destination]:
                         max_batch=max(LOOKUP_WORK_MIN, LOOKUP_WORK_PER_LOOKUP * am.max_concurrency),
                     )
                 )
-    dests.append(Destination(len(dests), "output", "output", "output"))
+    dests.append(Destination(len(dests), "output", DestinationKind.OUTPUT, "output"))
     return dests
 
 
@@ -438,7 +572,10 @@ def _qualify(node: exp.Expression, scope: BaseScope) -> exp.Expression:
         if isinstance(n, exp.Column) and not isinstance(n.this, exp.Star):
             ref = scope.resolve(n)
             alias = scope.aliases[ref.key[0]].name
-            return exp.column(ref.key[1], table=alias, quoted=True)
+            column = exp.column(ref.key[1], table=alias, quoted=True)
+            if n.this._meta:  # keep the source position for error messages
+                column.this.meta.update(n.this.meta)
+            return column
         return n
 
     return node.transform(fix)
@@ -456,13 +593,82 @@ def _select_items(block: QueryBlock, scope: BaseScope) -> list[tuple[str, exp.Ex
     items: list[tuple[str, exp.Expression]] = []
     for item in block.select:
         if isinstance(item, exp.Star):
-            items += [(c.name, c) for c in scope.star(None)]
+            items += _star_items(item, None, scope)
         elif isinstance(item, exp.Column) and isinstance(item.this, exp.Star):
-            items += [(c.name, c) for c in scope.star(item.table)]
+            items += _star_items(item.this, item.table, scope)
         else:
             inner = item.this if isinstance(item, exp.Alias) else item
+            if inner.find(exp.Star) and not isinstance(inner, exp.Count):
+                for star in inner.find_all(exp.Star):
+                    if not isinstance(star.parent, exp.Count):
+                        raise UnsupportedQueryError(
+                            f"'*' is only allowed as a select item or in COUNT(*): {describe(star)}"
+                        )
             items.append((_output_name(item), inner))
+    if not items:
+        raise UnsupportedQueryError(
+            f"the select list is empty after EXCLUDE: {describe(block.select[0])}"
+        )
     return items
+
+
+def _star_items(
+    star: exp.Star, qualifier: str | None, scope: BaseScope
+) -> list[tuple[str, exp.Expression]]:
+    """``*`` / ``t.*`` with DuckDB's EXCLUDE and REPLACE: an unqualified name matches every
+    column of that name the star covers, ``t.c`` only t's; REPLACE puts the expression at
+    the first matching column and drops the others; a name that matches nothing, or is
+    listed twice, is an error (as in DuckDB)."""
+    columns = scope.star(qualifier)
+    if star._meta:  # errors about a column of * point at the *
+        for column in columns:
+            column.this.meta.update(star.meta)
+    excluded: set[int] = set()
+    seen: set[tuple[str, str]] = set()
+    for entry in star.args.get("except_") or []:
+        if not isinstance(entry, exp.Column) or isinstance(entry.this, exp.Star):
+            raise UnsupportedQueryError(f"EXCLUDE takes column names: {describe(entry)}")
+        key = ((entry.table or "").lower(), entry.name.lower())
+        if key in seen:
+            raise UnknownColumnError(f"{describe(entry)} is listed twice in EXCLUDE")
+        seen.add(key)
+        hits = [i for i, c in enumerate(columns) if _star_match(c, key)]
+        if not hits:
+            raise UnknownColumnError(
+                f"EXCLUDE column {describe(entry)} is not among the columns of "
+                f"{(qualifier + '.*') if qualifier else '*'}"
+            )
+        excluded.update(hits)
+    replaced: dict[int, tuple[str, exp.Expression]] = {}
+    dropped: set[int] = set()
+    for entry in star.args.get("replace") or []:
+        if not isinstance(entry, exp.Alias):
+            raise UnsupportedQueryError(f"REPLACE takes 'expression AS column': {describe(entry)}")
+        key = ("", entry.alias.lower())
+        if key in seen:
+            raise UnknownColumnError(
+                f"column {entry.alias!r} is listed twice in EXCLUDE / REPLACE: {describe(entry)}"
+            )
+        seen.add(key)
+        hits = [i for i, c in enumerate(columns) if _star_match(c, key) and i not in excluded]
+        if not hits:
+            raise UnknownColumnError(
+                f"REPLACE column {entry.alias!r} is not among the columns of "
+                f"{(qualifier + '.*') if qualifier else '*'}: {describe(entry)}"
+            )
+        replaced[hits[0]] = (entry.alias, entry.this)
+        dropped.update(hits[1:])
+    items: list[tuple[str, exp.Expression]] = []
+    for i, column in enumerate(columns):
+        if i in excluded or i in dropped:
+            continue
+        items.append(replaced.get(i, (column.name, column)))
+    return items
+
+
+def _star_match(column: exp.Column, key: tuple[str, str]) -> bool:
+    qualifier, name = key
+    return column.name.lower() == name and (not qualifier or column.table.lower() == qualifier)
 
 
 def _ordinal(node: exp.Expression, count: int, what: str) -> int | None:
@@ -480,16 +686,28 @@ def _resolve_alias(
     scope: BaseScope,
     prefer_alias: bool,
 ) -> exp.Expression:
-    """An unqualified name that names a select item (and, for GROUP BY, no column)."""
+    """An unqualified name that names a select item (and, for GROUP BY, no column).
+
+    A name that several select items with different expressions carry is ambiguous and
+    refused (DuckDB's choice among them is not documented and not consistent).
+    """
     if isinstance(node, exp.Column) and not node.table:
         matches = [e for name, e in items if name.lower() == node.name.lower()]
         if matches:
             try:
                 scope.resolve(node)
                 is_column = True
-            except UnknownColumnError:
+            except UnknownColumnError as exc:
+                if not prefer_alias and "ambiguous" in str(exc):
+                    raise  # GROUP BY binds columns first: DuckDB refuses it too
                 is_column = False
             if prefer_alias or not is_column:
+                distinct = {_qualify(m, scope) for m in matches}
+                if len(distinct) > 1:
+                    raise UnknownColumnError(
+                        f"{describe(node)} is ambiguous: {len(matches)} select items are "
+                        f"named {node.name!r}"
+                    )
                 return matches[0]
     return node
 

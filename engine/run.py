@@ -1,21 +1,24 @@
-"""Run a plan: create the stores, modules, scan AMs and the eddy, and start them under trio.
+"""Run a plan in two steps: :func:`lower` it into the query's parts, then spawn them.
 
-One nursery holds the query's long-lived tasks: the eddy, one task per module (SteMs, SMs,
-index AMs, the output module) and one per scan AM (a table may have several: mirrors).
-Modules read bounded channels (``queue_capacity`` batches each); everything they return
-flows back to the eddy through one inbox.
+:func:`lower` is synchronous and starts nothing (it needs no trio run, so tests can look
+at what a plan becomes): it creates the stores, the modules (SteMs, SMs, index AMs, the
+output module), each with its bounded input queue (``queue_capacity`` batches), the scan
+AMs (a table may have several: mirrors), the eddy's view of them (:class:`Source`), the
+policy, the eddy and, for stream tables, the commit points, every hook passed at
+construction. :func:`spawn` then starts one task per part in one nursery; everything the
+modules return flows back to the eddy through one inbox.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import trio
 
 from eddies.engine.commit_points import CommitPoints
-from eddies.engine.errors import EddiesError
+from eddies.engine.options import RunOptions
 from eddies.engine.planner import Plan
 from eddies.modules.base import Module
 from eddies.modules.index_am import IndexAM
@@ -26,9 +29,11 @@ from eddies.modules.stem import BuildClock, SteM
 from eddies.modules.window import StreamClock
 from eddies.router.constraints import ConstraintChecker
 from eddies.router.eddy import Eddy, Source
-from eddies.router.policies import POLICIES, make_policy
-from eddies.router.routing_table import RoutingTable
+from eddies.router.policies import make_policy
+from eddies.router.routing_table import DestinationKind, RoutingTable
 from eddies.router.stats import LookupStats, RunStats
+from eddies.sources.stream import StreamTable
+from eddies.sources.table_store import TableStore
 
 #: Rows per scan batch when neither the query nor the table sets one: large enough that
 #: per-batch costs (~10 µs a hop, ~20 Arrow/NumPy calls a probe) vanish, small enough that
@@ -39,31 +44,6 @@ DEFAULT_BATCH_SIZE = 32768
 DEFAULT_QUEUE_CAPACITY = 4
 #: Source batches admitted into the eddy ahead of routing, per scan AM.
 SOURCE_BUFFER_PER_SCAN = 2
-
-
-@dataclass(frozen=True)
-class RunOptions:
-    """How to run a query; see :func:`eddies.engine.execute` for the meaning of each."""
-
-    policy: str = "lottery"
-    batch_size: int | None = None
-    seed: int | None = None
-    debug: bool = False
-    order: tuple[str, ...] | None = None
-    window: float | None = None
-    queue_capacity: int | None = None
-
-    def __post_init__(self) -> None:
-        if self.policy not in POLICIES:
-            raise EddiesError(
-                f"unknown routing policy {self.policy!r}; choose one of {', '.join(POLICIES)}"
-            )
-        if self.batch_size is not None and (
-            not isinstance(self.batch_size, int) or self.batch_size < 1
-        ):
-            raise EddiesError(f"batch_size must be a positive integer, got {self.batch_size!r}")
-        if self.queue_capacity is not None and self.queue_capacity < 1:
-            raise EddiesError(f"queue_capacity must be >= 1, got {self.queue_capacity!r}")
 
 
 def seed_scheduler(seed: int) -> None:
@@ -84,6 +64,254 @@ def seed_scheduler(seed: int) -> None:
         rng.seed(seed)
 
 
+@dataclass
+class Lowered:
+    """A plan lowered into the parts of a running query, none of them started.
+
+    modules: name -> module (``stem:<table>``, ``sm<k>``, ``am:<index>``, ``output``), each
+    reading ``inboxes[name]``; scans: the scan AMs, ``sources[i]`` the eddy's view of
+    ``scans[i]``; to_eddy/inbox: the one unbounded channel back to the eddy; commits: the
+    commit points of a query over stream tables (else None); streams: those tables.
+    """
+
+    modules: dict[str, Module]
+    inboxes: dict[str, trio.MemoryReceiveChannel]
+    scans: list[ScanAM]
+    sources: list[Source]
+    eddy: Eddy
+    to_eddy: trio.MemorySendChannel
+    inbox: trio.MemoryReceiveChannel
+    commits: CommitPoints | None = None
+    streams: list[StreamTable] = field(default_factory=list)
+
+
+def lower(
+    plan: Plan, options: RunOptions, results: trio.MemorySendChannel, stats: RunStats
+) -> Lowered:
+    """The parts of ``plan`` run with ``options``, wired, every hook given at construction.
+
+    Complete tuples will leave as RecordBatches on ``results``; ``stats`` gets the stream
+    windows and the lookup statistics. Synchronous: creates trio channels and events but
+    starts no task (callable outside a trio run).
+    """
+    graph = plan.graph
+    table_stores = {table: entry.new_store() for table, entry in plan.tables.items()}
+    stores = {a.index: table_stores[a.table] for a in graph.aliases}
+    streams = {t: e.stream for t, e in plan.tables.items() if e.stream is not None}
+    stream_clocks = {t: StreamClock(t, plan.tables[t].window) for t in streams}
+    alias_clocks = {a.index: stream_clocks[a.table] for a in graph.aliases if a.table in streams}
+    stats.windows.update(stream_clocks)
+    # Set when a scan of the table has delivered every row: its index AMs stop looking up,
+    # and (relaxed BuildFirst) its SteM can tell when it is complete.
+    scanned = {
+        table: trio.Event()
+        for table, entry in plan.tables.items()
+        if entry.scans and (entry.indexes or graph.unbuilt)
+    }
+    stems = _stems(plan, stores, scanned, alias_clocks)
+    modules: dict[str, Module] = {f"stem:{t}": stem for t, stem in stems.items()}
+    for p in graph.predicates:
+        modules[p.name] = SelectionModule(p, stores)
+    modules["output"] = OutputModule(
+        plan.output_columns,
+        [f"{graph.aliases[a].name}.{c}" for a, c in plan.output_columns],
+        stores,
+        results,
+        debug=options.debug,
+    )
+    modules.update(_index_ams(plan, stores, table_stores, scanned, stems, stats))
+
+    commits: CommitPoints | None = None
+    if streams:
+        commits = CommitPoints(
+            list(streams.values()),
+            {t for t, e in plan.tables.items() if e.scans and t not in streams},
+            [stem for stem in stems.values() if stem.stream_clock],
+        )
+    scans, scan_tables = _scans(plan, table_stores, options, stats, commits)
+    sources = _sources(plan, scans, scan_tables)
+
+    channels = {
+        name: trio.open_memory_channel(options.queue_capacity or DEFAULT_QUEUE_CAPACITY)
+        for name in modules
+    }
+    to_eddy, inbox = trio.open_memory_channel(math.inf)
+    eddy = Eddy(
+        RoutingTable(graph, plan.destinations),
+        make_policy(
+            options.policy,
+            plan.destinations,
+            seed=options.seed,
+            order=options.order,
+            window=options.window,
+        ),
+        [channels[d.module][0] for d in plan.destinations],
+        sources,
+        stats,
+        ConstraintChecker(graph, plan.destinations) if options.debug else None,
+        scanned,
+        stems,
+        on_idle=commits.changed if commits is not None else None,
+    )
+    return Lowered(
+        modules,
+        {name: receive for name, (_, receive) in channels.items()},
+        scans,
+        sources,
+        eddy,
+        to_eddy,
+        inbox,
+        commits,
+        list(streams.values()),
+    )
+
+
+def _stems(
+    plan: Plan,
+    stores: dict[int, TableStore],
+    scanned: dict[str, trio.Event],
+    alias_clocks: dict[int, StreamClock],
+) -> dict[str, SteM]:
+    """One SteM per table with one, serving its build and every probe of its aliases."""
+    clock = BuildClock()
+    stems: dict[str, SteM] = {}
+    for table in plan.graph.stem_tables:
+        dests = [d for d in plan.destinations if d.table == table]
+        stems[table] = SteM(
+            table,
+            plan.graph,
+            stores,
+            clock,
+            plan.index_kinds[table],
+            next(d.id for d in dests if d.kind is DestinationKind.BUILD),
+            {d.id: d.target_alias for d in dests if d.kind is DestinationKind.PROBE},
+            key=plan.tables[table].key,
+            scanned=scanned.get(table),
+            clocks=alias_clocks,
+        )
+    return stems
+
+
+def _index_ams(
+    plan: Plan,
+    stores: dict[int, TableStore],
+    table_stores: dict[str, TableStore],
+    scanned: dict[str, trio.Event],
+    stems: dict[str, SteM],
+    stats: RunStats,
+) -> dict[str, Module]:
+    """One IndexAM (``am:<name>``) per index the query looks anything up in."""
+    graph = plan.graph
+    access_ids = {(am.table, am.name): am.id for am in graph.access}
+    ams: dict[str, Module] = {}
+    for table, entry in plan.tables.items():
+        for spec in entry.indexes:
+            am = graph.access[access_ids[(table, spec.name)]]
+            targets = {d.id: d.target_alias for d in plan.destinations if d.access == am.id}
+            if not targets:  # a single-table query never looks anything up
+                continue
+            stem = stems.get(table)
+            ams[f"am:{spec.name}"] = IndexAM(
+                spec,
+                am,
+                graph,
+                stores,
+                table_stores[table],
+                targets,
+                _first_alias(plan, table),
+                scanned.get(table),
+                stem.eots.get(spec.on) if stem is not None else None,
+                stats.lookups.setdefault(spec.name, LookupStats(spec.name)),
+            )
+    return ams
+
+
+def _scans(
+    plan: Plan,
+    table_stores: dict[str, TableStore],
+    options: RunOptions,
+    stats: RunStats,
+    commits: CommitPoints | None,
+) -> tuple[list[ScanAM], list[str]]:
+    """The scan AMs and the table of each; a stream's wait for the static tables first
+    (and, with windowed SteMs, for eviction) are hooks from ``commits``."""
+    graph = plan.graph
+    access_ids = {(am.table, am.name): am.id for am in graph.access}
+    batch_size = options.batch_size or DEFAULT_BATCH_SIZE
+    scans: list[ScanAM] = []
+    tables: list[str] = []
+    for table, entry in plan.tables.items():
+        streamed = commits is not None and entry.stream is not None
+        for source in entry.scans:
+            name = source.access_name or table
+            scans.append(
+                ScanAM(
+                    source,
+                    _first_alias(plan, table),
+                    table_stores[table],
+                    batch_size,
+                    built=table not in graph.stem_tables and table not in graph.unbuilt,
+                    stats=stats.module(f"scan:{name}", "scan"),
+                    access=access_ids[(table, name)],
+                    floating=table in graph.unbuilt,
+                    # static tables are read in full before a stream starts
+                    start_after=commits.streams_may_start if streamed else None,
+                    before_append=commits.before_append if streamed else None,
+                )
+            )
+            tables.append(table)
+    return scans, tables
+
+
+def _sources(plan: Plan, scans: list[ScanAM], tables: list[str]) -> list[Source]:
+    """The eddy's view of each scan AM, ranked: fewer join edges, then fewer rows, first."""
+    graph = plan.graph
+    degree = {t: 0 for t in plan.tables}
+    for p in graph.predicates:
+        if p.edge is not None:
+            for alias in (p.edge.left, p.edge.right):
+                degree[graph.aliases[alias].table] += 1
+    return [
+        Source(
+            scan.name,
+            trio.Semaphore(SOURCE_BUFFER_PER_SCAN),
+            rank=(degree[table], _known_rows(plan.tables[table])),
+            table=table,
+            access=scan.access,
+        )
+        for scan, table in zip(scans, tables, strict=True)
+    ]
+
+
+def _first_alias(plan: Plan, table: str) -> int:
+    return next(a.index for a in plan.graph.aliases if a.table == table)
+
+
+async def spawn(parts: Lowered, results: trio.MemorySendChannel) -> None:
+    """Run the lowered query to its end: one task per part, in one nursery."""
+    try:
+        async with trio.open_nursery() as nursery, parts.to_eddy:
+            if parts.commits is not None:
+                nursery.start_soon(
+                    parts.commits.run, parts.eddy, results.clone(), name="eddies:commit-points"
+                )
+            for name, module in parts.modules.items():
+                nursery.start_soon(
+                    module.serve,
+                    parts.inboxes[name],
+                    parts.to_eddy.clone(),
+                    name=f"eddies:{name}",
+                )
+            for index, (scan, source) in enumerate(zip(parts.scans, parts.sources, strict=True)):
+                nursery.start_soon(
+                    scan.run, parts.to_eddy.clone(), source, index, name=f"eddies:{scan.name}"
+                )
+            nursery.start_soon(parts.eddy.run, parts.inbox, name="eddies:eddy")
+    finally:
+        for stream in parts.streams:  # its producers must not wait for this query
+            stream.query_ended()
+
+
 async def run_plan(
     plan: Plan,
     options: RunOptions,
@@ -96,157 +324,10 @@ async def run_plan(
     A plan that reads stream tables also gets :class:`CommitPoints`, handed to
     ``on_commit_points`` before any task starts.
     """
-    graph = plan.graph
-    table_stores = {table: entry.new_store() for table, entry in plan.tables.items()}
-    stores = {a.index: table_stores[a.table] for a in graph.aliases}
-    clock = BuildClock()
-    streams = {t: e.stream for t, e in plan.tables.items() if e.stream is not None}
-    stream_clocks = {t: StreamClock(t, plan.tables[t].window) for t in streams}
-    alias_clocks = {a.index: stream_clocks[a.table] for a in graph.aliases if a.table in streams}
-    stats.windows.update(stream_clocks)
-    capacity = options.queue_capacity or DEFAULT_QUEUE_CAPACITY
-    batch_size = options.batch_size or DEFAULT_BATCH_SIZE
-
-    # Set when a scan of the table has delivered every row: its index AMs stop looking up,
-    # and (relaxed BuildFirst) its SteM can tell when it is complete.
-    scanned = {
-        table: trio.Event()
-        for table, entry in plan.tables.items()
-        if entry.scans and (entry.indexes or graph.unbuilt)
-    }
-    modules: dict[str, Module] = {}
-    for table in graph.stem_tables:
-        dests = [d for d in plan.destinations if d.table == table]
-        build = next(d.id for d in dests if d.kind == "build")
-        probes = {d.id: d.target_alias for d in dests if d.kind == "probe"}
-        modules[f"stem:{table}"] = SteM(
-            table,
-            graph,
-            stores,
-            clock,
-            plan.index_kinds[table],
-            build,
-            probes,
-            key=plan.tables[table].key,
-            scanned=scanned.get(table),
-            clocks=alias_clocks,
-        )
-    for p in graph.predicates:
-        modules[p.name] = SelectionModule(p, stores)
-    modules["output"] = OutputModule(
-        plan.output_columns,
-        [f"{graph.aliases[a].name}.{c}" for a, c in plan.output_columns],
-        stores,
-        results,
-        debug=options.debug,
-    )
-
-    first_alias: dict[str, int] = {}
-    for a in graph.aliases:
-        first_alias.setdefault(a.table, a.index)
-    access_ids = {(am.table, am.name): am.id for am in graph.access}
-
-    for table, entry in plan.tables.items():
-        for spec in entry.indexes:
-            am = graph.access[access_ids[(table, spec.name)]]
-            targets = {d.id: d.target_alias for d in plan.destinations if d.access == am.id}
-            if targets:  # a single-table query never looks anything up
-                modules[f"am:{spec.name}"] = IndexAM(
-                    spec,
-                    am,
-                    graph,
-                    stores,
-                    table_stores[table],
-                    targets,
-                    first_alias[table],
-                    scanned.get(table),
-                    stem.eots.get(spec.on) if (stem := modules.get(f"stem:{table}")) else None,
-                    stats.lookups.setdefault(spec.name, LookupStats(spec.name)),
-                )
-    channels = {name: trio.open_memory_channel(capacity) for name in modules}
-    queues = [channels[d.module][0] for d in plan.destinations]
-
-    scans: list[ScanAM] = []
-    scan_tables: list[str] = []
-    for table, entry in plan.tables.items():
-        for source in entry.scans:
-            name = source.access_name or table
-            scans.append(
-                ScanAM(
-                    source,
-                    first_alias[table],
-                    table_stores[table],
-                    batch_size,
-                    built=table not in graph.stem_tables and table not in graph.unbuilt,
-                    stats=stats.module(f"scan:{name}", "scan"),
-                    access=access_ids[(table, name)],
-                    floating=table in graph.unbuilt,
-                )
-            )
-            scan_tables.append(table)
-    policy = make_policy(
-        options.policy,
-        plan.destinations,
-        seed=options.seed,
-        order=options.order,
-        window=options.window,
-    )
-    degree = {t: 0 for t in plan.tables}
-    for p in graph.predicates:
-        if p.edge is not None:
-            for alias in (p.edge.left, p.edge.right):
-                degree[graph.aliases[alias].table] += 1
-    sources = [
-        Source(
-            scan.name,
-            trio.Semaphore(SOURCE_BUFFER_PER_SCAN),
-            rank=(degree[table], _known_rows(plan.tables[table])),
-            table=table,
-            access=scan.access,
-        )
-        for scan, table in zip(scans, scan_tables, strict=True)
-    ]
-    to_eddy, inbox = trio.open_memory_channel(math.inf)
-    eddy = Eddy(
-        RoutingTable(graph, plan.destinations),
-        policy,
-        queues,
-        sources,
-        stats,
-        ConstraintChecker(graph, plan.destinations) if options.debug else None,
-        scanned,
-        {name[len("stem:") :]: m for name, m in modules.items() if name.startswith("stem:")},
-    )
-    commits: CommitPoints | None = None
-    if streams:
-        commits = CommitPoints(
-            eddy,
-            list(streams.values()),
-            {t for t, e in plan.tables.items() if e.scans and t not in streams},
-            [scan for scan, table in zip(scans, scan_tables, strict=True) if table in streams],
-            [m for m in modules.values() if isinstance(m, SteM) and m.stream_clock],
-        )
-        for scan, table in zip(scans, scan_tables, strict=True):
-            if table in streams:  # static tables are read in full before a stream starts
-                scan.start_after = commits.streams_may_start
-        if on_commit_points is not None:
-            on_commit_points(commits)
-    try:
-        async with trio.open_nursery() as nursery, to_eddy:
-            if commits is not None:
-                nursery.start_soon(commits.run, results.clone(), name="eddies:commit-points")
-            for name, module in modules.items():
-                nursery.start_soon(
-                    module.serve, channels[name][1], to_eddy.clone(), name=f"eddies:{name}"
-                )
-            for index, (scan, source) in enumerate(zip(scans, sources, strict=True)):
-                nursery.start_soon(
-                    scan.run, to_eddy.clone(), source, index, name=f"eddies:{scan.name}"
-                )
-            nursery.start_soon(eddy.run, inbox, name="eddies:eddy")
-    finally:
-        for stream in streams.values():  # its producers must not wait for this query
-            stream.query_ended()
+    parts = lower(plan, options, results, stats)
+    if parts.commits is not None and on_commit_points is not None:
+        on_commit_points(parts.commits)
+    await spawn(parts, results)
 
 
 def _known_rows(table) -> float:

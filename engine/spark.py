@@ -40,6 +40,7 @@ import structlog
 
 from eddies.engine.catalog import Catalog
 from eddies.engine.errors import DataSourceError, EddiesError
+from eddies.engine.options import RunOptions, check_timeout
 from eddies.engine.sinks import Sink
 from eddies.engine.streaming import BackgroundQuery
 from eddies.modules.window import Window
@@ -132,6 +133,7 @@ class SparkAttachment:
         which gets its last increment and is closed). Raises the eddy's error, or an
         EddiesError naming the stream whose Spark query failed, or after ``timeout``
         seconds per wait."""
+        timeout = check_timeout("timeout", timeout)
         for name, streaming in self.streaming_queries.items():
             try:
                 finished = streaming.awaitTermination(timeout)
@@ -154,6 +156,7 @@ class SparkAttachment:
     def stop(self, timeout: float | None = None) -> pa.Table:
         """Stop the Spark streaming queries, close the streams, wait for the eddy; as
         :meth:`await_termination`."""
+        timeout = check_timeout("timeout", timeout)
         self.stop_spark()
         return self._finish(timeout)
 
@@ -190,7 +193,8 @@ def attach(
     windows: Mapping[str, Window] | None = None,
     query_name: str | None = None,
     on_micro_batch: Callable[[MicroBatch], Any] | None = None,
-    **options: Any,
+    options: RunOptions | None = None,
+    **kwargs: Any,
 ) -> SparkAttachment:
     """Run ``sql`` as one continuous eddy query fed by Spark streaming DataFrames.
 
@@ -202,12 +206,13 @@ def attach(
     True}``, ``{"processingTime": "5 seconds"}``; None: Spark's default). sink: where
     result increments go (None: collected, returned by ``await_termination``). windows:
     table name -> RowWindow/EventTimeWindow for new stream tables. on_micro_batch: called
-    with a :class:`MicroBatch` after each commit (progress displays). options: as for
-    :func:`eddies.engine.execute` (policy, batch_size, ...).
+    with a :class:`MicroBatch` after each commit (progress displays). options (or
+    keywords: policy, batch_size, ...): the :class:`~eddies.engine.options.RunOptions`.
 
     Raises DataSourceError for a name that is a static table, EddiesError for a bad query
-    (before any Spark query starts).
+    or option (before any Spark query starts).
     """
+    options = RunOptions.from_kwargs(options, **kwargs)
     if not streams:
         raise EddiesError("attach() needs at least one streaming DataFrame")
     windows = dict(windows or {})
@@ -228,7 +233,7 @@ def attach(
     from eddies.engine.planner import plan_query
 
     plan_query(sql, catalog)  # a bad query fails here, before Spark starts anything
-    query = BackgroundQuery(sql, catalog, sink=sink, **options)
+    query = BackgroundQuery(sql, catalog, sink=sink, options=options)
     attachment = SparkAttachment(query, tables, on_micro_batch)
     root = Path(checkpoint_location)
     for name, frame in streams.items():

@@ -1,21 +1,82 @@
 """Parse SQL with sqlglot and check it is a query block eddies runs.
 
-The supported shape is one SELECT block: a select list, FROM with comma joins, [INNER]
-JOIN ... ON and CROSS JOIN, WHERE, GROUP BY, HAVING, DISTINCT, ORDER BY, LIMIT/OFFSET.
-Everything else — outer joins, USING, subqueries, CTEs, set operations, window functions —
-raises UnsupportedQueryError naming the construct and its position; text that does not
-parse raises SqlSyntaxError with sqlglot's line and column.
+The supported shape is one SELECT block: a select list (with ``* EXCLUDE`` / ``REPLACE``),
+FROM with comma joins, [INNER] JOIN ... ON / USING, NATURAL JOIN and CROSS JOIN, WHERE,
+GROUP BY, HAVING, DISTINCT, ORDER BY, LIMIT/OFFSET. Strictness comes in three layers,
+each raising an EddiesError that names the construct and its line and column:
+
+1. the text: sqlglot's tokenizer and parser (``ErrorLevel.IMMEDIATE``); their errors
+   become SqlSyntaxError. A few token patterns sqlglot accepts but DuckDB rejects
+   (``SELECT a,, b``, ``ORDER BY a ASC DESC``, a clause keyword with no operand, a
+   reserved word used as a name) are checked on the tokens;
+2. the tree: :func:`eddies.engine.sql_allowlist.validate`, the one allow-list of node
+   types and their arguments;
+3. the shape: one SELECT with FROM, joins of the supported kinds (this module), names
+   and types (planner.py, compile.py).
 """
 
 from __future__ import annotations
 
+import difflib
+import re
+from bisect import bisect_left
+from collections.abc import Collection
 from dataclasses import dataclass, field
 
-import sqlglot
 from sqlglot import exp
-from sqlglot.errors import ParseError, TokenError
+from sqlglot.dialects.dialect import Dialect
+from sqlglot.errors import ErrorLevel, ParseError, TokenError
+from sqlglot.tokens import Token, TokenType
 
-from eddies.engine.errors import SqlSyntaxError, UnsupportedQueryError, describe
+from eddies.engine.errors import SqlSyntaxError, UnsupportedQueryError, describe, line_col
+from eddies.engine.sql_allowlist import validate
+
+_DIALECT = Dialect.get_or_raise("duckdb")
+
+#: DuckDB's reserved keywords (``duckdb_keywords()``, category 'reserved', DuckDB 2.0): not
+#: usable as an unquoted name. sqlglot reads ``FROM t OFFSET`` as ``t`` aliased OFFSET.
+RESERVED = frozenset(
+    """all analyse analyze and any array as asc asymmetric both case cast check collate column
+    constraint create default deferrable desc describe distinct do else end except false fetch
+    for foreign from group having in initially intersect into lambda lateral leading limit not
+    null offset on only or order pivot pivot_longer pivot_wider placing primary qualify
+    references returning select show some summarize symmetric table then to trailing true
+    union unique unpivot using variadic when where window with""".split()  # noqa: SIM905
+)
+
+#: Keywords that start a clause: one directly after a clause keyword means an operand is
+#: missing (``GROUP BY ORDER BY a``, ``SELECT FROM t``).
+_CLAUSE_STARTS = {
+    TokenType.FROM,
+    TokenType.WHERE,
+    TokenType.GROUP_BY,
+    TokenType.HAVING,
+    TokenType.ORDER_BY,
+    TokenType.LIMIT,
+    TokenType.OFFSET,
+    TokenType.SEMICOLON,
+    TokenType.R_PAREN,
+}
+_NEEDS_OPERAND = {
+    TokenType.SELECT: "SELECT list",
+    TokenType.WHERE: "WHERE condition",
+    TokenType.GROUP_BY: "GROUP BY list",
+    TokenType.HAVING: "HAVING condition",
+    TokenType.ORDER_BY: "ORDER BY list",
+    TokenType.LIMIT: "LIMIT count",
+    TokenType.OFFSET: "OFFSET count",
+}
+_DIRECTIONS = {TokenType.ASC, TokenType.DESC}
+_NO_ITEM_BEFORE = set(_NEEDS_OPERAND) | {
+    TokenType.COMMA,
+    TokenType.L_PAREN,
+    TokenType.DISTINCT,
+    TokenType.ALL,
+}
+_STATEMENT_WORDS = ["SELECT", "FROM", "WITH", "PIVOT", "UNPIVOT", "VALUES", "DESCRIBE"]
+
+#: Most tables (aliases) in FROM: a tuple's span is a bitmask kept in int64 route logs.
+MAX_TABLES = 63
 
 
 @dataclass
@@ -28,8 +89,30 @@ class TableRef:
 
 
 @dataclass
+class JoinSpec:
+    """How FROM entry ``index`` (1 or more) joins the entries to its left.
+
+    kind: ``"comma"``, ``"cross"``, ``"on"``, ``"using"`` or ``"natural"``. ``group`` is the
+    index of the first entry of its comma-separated group: a JOIN binds tighter than a
+    comma, so ``t, u JOIN v USING (a)`` joins v with u only, and an ON clause sees only the
+    entries of its group up to its own.
+    """
+
+    index: int
+    kind: str
+    group: int
+    node: exp.Join
+    on: list[exp.Expression] = field(default_factory=list)
+    using: list[exp.Identifier] = field(default_factory=list)
+
+
+@dataclass
 class QueryBlock:
-    """A parsed, shape-checked SELECT block (sqlglot nodes, not yet resolved)."""
+    """A parsed, shape-checked SELECT block (sqlglot nodes, not yet resolved).
+
+    ``conjuncts`` are WHERE's and every ON clause's top-level AND terms; the equalities that
+    USING and NATURAL JOIN imply are added by the planner, which knows the columns.
+    """
 
     sql: str
     tables: list[TableRef]
@@ -41,17 +124,24 @@ class QueryBlock:
     order: list[exp.Ordered] = field(default_factory=list)
     limit: int | None = None
     offset: int = 0
+    joins: list[JoinSpec] = field(default_factory=list)
 
 
 def conjuncts_of(node: exp.Expression | None) -> list[exp.Expression]:
-    """Split a predicate on top-level ANDs (parentheses removed)."""
-    if node is None:
-        return []
-    while isinstance(node, exp.Paren):
-        node = node.this
-    if isinstance(node, exp.And):
-        return conjuncts_of(node.this) + conjuncts_of(node.expression)
-    return [node]
+    """Split a predicate on top-level ANDs (parentheses removed), iteratively: a WHERE of
+    5,000 ANDs is a left-deep tree 5,000 levels deep."""
+    out: list[exp.Expression] = []
+    stack = [node] if node is not None else []
+    while stack:
+        current = stack.pop()
+        while isinstance(current, exp.Paren):
+            current = current.this
+        if isinstance(current, exp.And):
+            stack.append(current.expression)  # popped after the left side: source order
+            stack.append(current.this)
+        else:
+            out.append(current)
+    return out
 
 
 def _int_clause(node: exp.Expression | None, what: str) -> int | None:
@@ -63,67 +153,193 @@ def _int_clause(node: exp.Expression | None, what: str) -> int | None:
     raise UnsupportedQueryError(f"{what} must be a non-negative integer literal: {describe(node)}")
 
 
-def parse_query(sql: str) -> QueryBlock:
-    """Parse ``sql`` into a :class:`QueryBlock`; SqlSyntaxError / UnsupportedQueryError."""
+def _at(sql: str, offset: int) -> str:
+    line, col = line_col(sql, offset)
+    return f"at line {line}, column {col}"
+
+
+def _near(sql: str, offset: int) -> str:
+    text = sql[offset : offset + 30].split("\n")[0]
+    return f" (near {text!r})" if text else " (at the end)"
+
+
+def _tokenize(sql: str) -> list[Token]:
+    tokenizer = _DIALECT.tokenizer()
     try:
-        statements = sqlglot.parse(sql, dialect="duckdb")
-    except (ParseError, TokenError) as exc:
-        errors = getattr(exc, "errors", None) or []
-        if errors:
-            first = errors[0]
-            description = str(first.get("description") or "")
-            if "sqlglot" in description or "<class" in description:
-                description = "the statement is incomplete or malformed here"
+        return tokenizer.tokenize(sql)
+    except TokenError as exc:
+        # The tokenizer's own cursor says where the bad token starts; its message has it
+        # as "line:offset" too ("Missing ' from 1:7").
+        cause = str(exc.__cause__ or exc)
+        offset = getattr(getattr(tokenizer, "_core", tokenizer), "_start", None)
+        found = re.search(r"from (\d+):(\d+)\s*$", cause)
+        if found is not None:
+            offset = int(found.group(2))
+            cause = cause[: found.start()].strip()
+        if cause.startswith("Missing "):
+            quote = cause.removeprefix("Missing ").strip()
+            cause = f"unterminated quoted text: the closing {quote} is missing"
+        if offset is None:
+            raise SqlSyntaxError(f"SQL syntax error: {cause}") from None
+        raise SqlSyntaxError(
+            f"SQL syntax error {_at(sql, offset)}: {cause}{_near(sql, offset)}"
+        ) from None
+
+
+def _check_tokens(sql: str, tokens: list[Token]) -> None:
+    """Token patterns sqlglot accepts but DuckDB rejects (sqlglot silently drops a comma,
+    a direction, or an empty clause)."""
+    if not tokens:
+        raise SqlSyntaxError("SQL syntax error at line 1, column 1: the statement is empty")
+    first = tokens[0]
+    if first.token_type == TokenType.VAR:
+        guess = difflib.get_close_matches(first.text.upper(), _STATEMENT_WORDS, n=1)
+        hint = f"; did you mean {guess[0]}?" if guess else ""
+        raise SqlSyntaxError(
+            f"SQL syntax error {_at(sql, first.start)}: {first.text!r} is not a SQL statement "
+            f"keyword{hint}"
+        )
+    for i, token in enumerate(tokens):
+        nxt = tokens[i + 1] if i + 1 < len(tokens) else None
+        kind = token.token_type
+        if kind == TokenType.COMMA and nxt is not None and nxt.token_type == TokenType.COMMA:
             raise SqlSyntaxError(
-                f"SQL syntax error at line {first.get('line')}, column {first.get('col')}: "
-                f"{description} (near {first.get('highlight')!r})"
-            ) from exc
-        raise SqlSyntaxError(f"SQL syntax error: {exc}") from exc
-    statements = [s for s in statements if s is not None]
+                f"SQL syntax error {_at(sql, nxt.start)}: two commas in a row (an item is "
+                f"missing){_near(sql, token.start)}"
+            )
+        prev = tokens[i - 1] if i > 0 else None
+        if kind == TokenType.COMMA and prev is not None and prev.token_type in _NO_ITEM_BEFORE:
+            raise SqlSyntaxError(
+                f"SQL syntax error {_at(sql, token.start)}: a comma with no item before it"
+                f"{_near(sql, prev.start)}"
+            )
+        if (
+            kind == TokenType.L_PAREN
+            and nxt is not None
+            and nxt.token_type == TokenType.R_PAREN
+            and prev is not None
+            and prev.text.upper() in ("EXCLUDE", "REPLACE", "USING", "IN")
+        ):
+            raise SqlSyntaxError(
+                f"SQL syntax error {_at(sql, token.start)}: an empty list after {prev.text.upper()}"
+            )
+        if kind == TokenType.NOT and nxt is not None and nxt.token_type == TokenType.IS:
+            raise SqlSyntaxError(f"SQL syntax error {_at(sql, token.start)}: NOT IS (write IS NOT)")
+        if kind in _DIRECTIONS and nxt is not None and nxt.token_type in _DIRECTIONS:
+            raise SqlSyntaxError(
+                f"SQL syntax error {_at(sql, nxt.start)}: {nxt.text.upper()} after "
+                f"{token.text.upper()} (one sort direction per ORDER BY item)"
+            )
+        what = _NEEDS_OPERAND.get(kind)
+        if what is not None:
+            j = i + 1
+            if kind == TokenType.SELECT:  # SELECT DISTINCT / SELECT ALL
+                while j < len(tokens) and tokens[j].token_type in (
+                    TokenType.DISTINCT,
+                    TokenType.ALL,
+                ):
+                    j += 1
+            if j >= len(tokens) or tokens[j].token_type in _CLAUSE_STARTS:
+                raise SqlSyntaxError(
+                    f"SQL syntax error {_at(sql, token.start)}: the {what} is missing after "
+                    f"{' '.join(t.text.upper() for t in tokens[i:j])}"
+                )
+
+
+def _parse(sql: str, tokens: list[Token]) -> list[exp.Expression | None]:
+    parser = _DIALECT.parser(error_level=ErrorLevel.IMMEDIATE)
+    try:
+        return parser.parse(tokens, sql)
+    except ParseError as exc:
+        errors = getattr(exc, "errors", None) or []
+        first = errors[0] if errors else {}
+        description = str(first.get("description") or "the statement is malformed here")
+        if "<class" in description or "Required keyword" in description:
+            description = "an operand is missing"
+        elif description.startswith("Invalid expression / Unexpected token"):
+            description = "unexpected token"
+        highlight = str(first.get("highlight") or "")
+        line, col = first.get("line"), first.get("col")
+        if line is None or col is None:
+            raise SqlSyntaxError(f"SQL syntax error: {description}") from None
+        col = max(1, int(col) - len(highlight) + 1)  # sqlglot gives the token's last column
+        near = f" (near {highlight!r})" if highlight else ""
+        raise SqlSyntaxError(
+            f"SQL syntax error at line {line}, column {col}: {description}{near}"
+        ) from None
+    except RecursionError:
+        depth, offset = 0, 0
+        deepest = 0
+        for token in tokens:
+            if token.token_type == TokenType.L_PAREN:
+                depth += 1
+                if depth > deepest:
+                    deepest, offset = depth, token.start
+            elif token.token_type == TokenType.R_PAREN:
+                depth -= 1
+        raise UnsupportedQueryError(
+            f"the statement nests too deeply for the SQL parser ({deepest} levels of "
+            f"parentheses; deepest {_at(sql, offset)})"
+        ) from None
+
+
+def parse_query(sql: str, functions: Collection[str] = ()) -> QueryBlock:
+    """Parse ``sql`` into a :class:`QueryBlock`; SqlSyntaxError / UnsupportedQueryError.
+
+    ``functions``: lower-case names of registered Python functions (allowed as calls).
+    """
+    if not isinstance(sql, str):
+        raise SqlSyntaxError(f"the query must be a string, not {type(sql).__name__}")
+    nul = sql.find("\x00")
+    if nul >= 0:
+        raise SqlSyntaxError(f"SQL syntax error {_at(sql, nul)}: a NUL character in the query")
+    tokens = _tokenize(sql)
+    _check_tokens(sql, tokens)
+    statements = [s for s in _parse(sql, tokens) if s is not None]
+    if not statements:
+        raise SqlSyntaxError("SQL syntax error at line 1, column 1: the statement is empty")
     if len(statements) != 1:
-        raise SqlSyntaxError(f"expected one SQL statement, got {len(statements)}")
+        raise SqlSyntaxError(
+            f"expected one SQL statement, got {len(statements)}; the second is "
+            f"{describe(statements[1])}"
+        )
     root = statements[0]
-    if isinstance(root, exp.SetOperation):
-        raise UnsupportedQueryError(f"set operation {type(root).__name__.upper()} is not supported")
+    for ident in root.find_all(exp.Identifier):
+        if not ident.quoted and str(ident.this).lower() in RESERVED:
+            raise SqlSyntaxError(
+                f"SQL syntax error: the reserved word {ident.this!r} is used as a name "
+                f'{describe(ident).split(" ", 1)[1]} (quote it as "{ident.this}" if it is one)'
+            )
+    _check_keywords(sql, tokens, root)
+    validate(root, functions)
     if not isinstance(root, exp.Select):
         raise UnsupportedQueryError(f"only SELECT queries are supported, got {describe(root)}")
-    if root.args.get("with_") or root.args.get("with"):
-        raise UnsupportedQueryError("WITH (common table expressions) is not supported")
-    for key in ("qualify", "windows", "laterals", "pivots", "connect", "prewhere"):
-        if root.args.get(key):
-            raise UnsupportedQueryError(f"{key.upper()} is not supported")
-    for node in root.find_all(exp.Window):
-        raise UnsupportedQueryError(f"window function {describe(node)} is not supported")
-    for node in root.find_all(exp.Subquery, exp.Exists):
-        raise UnsupportedQueryError(f"subquery {describe(node)} is not supported")
-    for node in root.find_all(exp.Select):
-        if node is not root:
-            raise UnsupportedQueryError(f"subquery {describe(node)} is not supported")
 
-    from_clause = root.args.get("from_") or root.args.get("from")
+    from_clause = root.args.get("from_")
     if from_clause is None:
-        raise UnsupportedQueryError("a query without FROM is not supported")
+        raise UnsupportedQueryError(f"a query without FROM is not supported: {describe(root)}")
     tables = [_table_ref(from_clause.this)]
     conjuncts = conjuncts_of(root.args.get("where") and root.args["where"].this)
+    specs: list[JoinSpec] = []
+    group = 0
     for join in root.args.get("joins") or []:
-        side = (join.args.get("side") or "").upper()
-        kind = (join.args.get("kind") or "").upper()
-        if side or kind in ("OUTER", "SEMI", "ANTI", "ASOF"):
-            raise UnsupportedQueryError(
-                f"{' '.join(filter(None, [side, kind]))} JOIN {describe(join.this)} is not "
-                "supported (inner joins only)"
-            )
-        if join.args.get("using"):
-            raise UnsupportedQueryError(f"JOIN ... USING in {describe(join)} is not supported")
         tables.append(_table_ref(join.this))
-        conjuncts += conjuncts_of(join.args.get("on"))
+        spec = _join_spec(sql, tokens, join, len(tables) - 1, group)
+        if spec.kind == "comma":
+            group = spec.index
+            spec.group = group
+        conjuncts += spec.on
+        specs.append(spec)
+    if len(tables) > MAX_TABLES:
+        raise UnsupportedQueryError(
+            f"the query has {len(tables)} tables in FROM; at most {MAX_TABLES} are supported "
+            f"(a tuple's span is a {MAX_TABLES}-bit mask): {describe(root.args['joins'][-1])}"
+        )
 
     distinct = root.args.get("distinct")
-    if distinct is not None and distinct.args.get("on"):
-        raise UnsupportedQueryError("DISTINCT ON is not supported")
-    group = root.args.get("group")
-    if group is not None and any(group.args.get(k) for k in ("rollup", "cube", "grouping_sets")):
-        raise UnsupportedQueryError("ROLLUP, CUBE and GROUPING SETS are not supported")
+    if distinct is not None and distinct.expressions:
+        raise UnsupportedQueryError(f"DISTINCT with a list is not supported: {describe(root)}")
+    group_node = root.args.get("group")
     having = root.args.get("having")
     order = root.args.get("order")
     return QueryBlock(
@@ -132,12 +348,95 @@ def parse_query(sql: str) -> QueryBlock:
         conjuncts=conjuncts,
         select=list(root.expressions),
         distinct=distinct is not None,
-        group=list(group.expressions) if group is not None else [],
+        group=list(group_node.expressions) if group_node is not None else [],
         having=having.this if having is not None else None,
         order=list(order.expressions) if order is not None else [],
         limit=_int_clause(root.args.get("limit"), "LIMIT"),
         offset=_int_clause(root.args.get("offset"), "OFFSET") or 0,
+        joins=specs,
     )
+
+
+def _check_keywords(sql: str, tokens: list[Token], root: exp.Expression) -> None:
+    """Every keyword the tree implies was written: sqlglot fills in a missing THEN, the AND
+    of BETWEEN, or the AS of a REPLACE item, where DuckDB reports a syntax error."""
+    count: dict[TokenType, int] = {}
+    first: dict[TokenType, Token] = {}
+    for token in tokens:
+        count[token.token_type] = count.get(token.token_type, 0) + 1
+        first.setdefault(token.token_type, token)
+    cases = list(root.find_all(exp.Case))
+    whens = sum(len(c.args.get("ifs") or []) for c in cases)
+    implied = {
+        TokenType.AND: len(list(root.find_all(exp.And))) + len(list(root.find_all(exp.Between))),
+        TokenType.OR: len(list(root.find_all(exp.Or))),
+        TokenType.WHEN: whens,
+        TokenType.THEN: whens,
+        TokenType.ELSE: sum(1 for c in cases if c.args.get("default") is not None),
+        TokenType.END: len(cases),
+    }
+    for kind, expected in implied.items():
+        if count.get(kind, 0) != expected:
+            anchor = first.get(TokenType.BETWEEN if kind == TokenType.AND else TokenType.CASE)
+            anchor = anchor or first.get(kind) or tokens[0]
+            raise SqlSyntaxError(
+                f"SQL syntax error {_at(sql, anchor.start)}: {kind.name} is missing or "
+                f"misplaced{_near(sql, anchor.start)}"
+            )
+    starts = [t.start for t in tokens]
+    for star in root.find_all(exp.Star):
+        for item in star.args.get("replace") or []:
+            ident = item.args.get("alias") if isinstance(item, exp.Alias) else None
+            meta = ident.meta if ident is not None and ident._meta else {}
+            i = bisect_left(starts, int(meta.get("start", -1)))
+            if 0 < i < len(tokens) and tokens[i - 1].token_type != TokenType.ALIAS:
+                raise SqlSyntaxError(
+                    f"SQL syntax error {_at(sql, tokens[i].start)}: REPLACE items are "
+                    "'expression AS column' (AS is missing)"
+                )
+
+
+def _join_spec(sql: str, tokens: list[Token], join: exp.Join, index: int, group: int) -> JoinSpec:
+    """Classify one sqlglot Join (its kind/method values are already allow-listed)."""
+    kind = str(join.args.get("kind") or "").upper()
+    natural = str(join.args.get("method") or "").upper() == "NATURAL"
+    on, using = join.args.get("on"), join.args.get("using") or []
+    where = describe(join)
+    if natural:
+        if on is not None or using or kind == "CROSS":
+            raise SqlSyntaxError(
+                f"SQL syntax error: NATURAL JOIN takes no ON, USING or CROSS: {where}"
+            )
+        return JoinSpec(index, "natural", group, join)
+    if kind == "CROSS":
+        if on is not None or using:
+            raise SqlSyntaxError(f"SQL syntax error: CROSS JOIN takes no ON or USING: {where}")
+        return JoinSpec(index, "cross", group, join)
+    if on is not None and using:
+        raise SqlSyntaxError(f"SQL syntax error: a JOIN has either ON or USING: {where}")
+    if on is not None:
+        return JoinSpec(index, "on", group, join, on=conjuncts_of(on))
+    if using:
+        for ident in using:
+            if not isinstance(ident, exp.Identifier):
+                raise UnsupportedQueryError(f"USING takes column names: {describe(ident)}")
+        return JoinSpec(index, "using", group, join, using=list(using))
+    if not kind and _after_comma(tokens, join.this):
+        return JoinSpec(index, "comma", index, join)
+    raise SqlSyntaxError(
+        "SQL syntax error: a JOIN needs ON, USING or NATURAL (or write CROSS JOIN): "
+        f"JOIN {describe(join.this)}"
+    )
+
+
+def _after_comma(tokens: list[Token], table: exp.Expression) -> bool:
+    """Whether the token before ``table``'s first token is a comma (``FROM t, u``): sqlglot
+    builds the same Join node for ``t, u`` and for ``t JOIN u``."""
+    starts = [int(n.meta["start"]) for n in table.walk() if n._meta and "start" in n.meta]
+    if not starts:
+        return False
+    i = bisect_left([t.start for t in tokens], min(starts))
+    return i > 0 and tokens[i - 1].token_type == TokenType.COMMA
 
 
 def _table_ref(node: exp.Expression) -> TableRef:

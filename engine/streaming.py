@@ -19,16 +19,42 @@ from collections.abc import Callable, Hashable
 from typing import Any
 
 import pyarrow as pa
+import sqlglot
+import sqlglot.errors
 import trio
 
 from eddies.engine.api import QueryResults, open_query
 from eddies.engine.catalog import Catalog
 from eddies.engine.errors import EddiesError
+from eddies.engine.options import RunOptions, check_timeout
 from eddies.engine.sinks import FINAL, Sink
 from eddies.router.stats import RunStats
+from eddies.sources.stream import StreamTable
 
 #: Seconds :meth:`BackgroundQuery.commit` waits for the query to start.
 START_TIMEOUT = 300.0
+
+
+def _fail_streams(sql: str, catalog: Catalog, error: BaseException) -> None:
+    """Every stream ``sql`` would read raises ``error`` on its next (or a waiting) push."""
+    for stream in _streams_of(sql, catalog):
+        stream.query_failed(error)
+
+
+def _streams_of(sql: str, catalog: Catalog) -> list[StreamTable]:
+    """The stream tables ``sql`` names; if it cannot even be parsed, every stream of the
+    catalog that no query reads (one of them may be waiting for this query)."""
+    streams = {name: stream for name in catalog.tables if (stream := catalog.table(name).stream)}
+    try:
+        named = {
+            t.name.lower()
+            for statement in sqlglot.parse(sql, dialect="duckdb")
+            if statement is not None
+            for t in statement.find_all(sqlglot.exp.Table)
+        }
+    except sqlglot.errors.SqlglotError:
+        return [s for s in streams.values() if not s.claimed]
+    return [s for name, s in streams.items() if name in named]
 
 
 class BackgroundQuery:
@@ -36,8 +62,9 @@ class BackgroundQuery:
 
     on_batch: called with each result RecordBatch as it is produced; sink: receives the
     results in increments, one per :meth:`commit` (and a last one tagged ``"final"``);
-    neither: results are collected for :meth:`result`. options: as for
-    :func:`eddies.engine.run_query`. Raises EddiesError when given both.
+    neither: results are collected for :meth:`result`. options (or keywords): the
+    :class:`~eddies.engine.options.RunOptions`. Raises EddiesError when given both, or for
+    a bad option, in the caller's thread before the query's thread starts.
     """
 
     def __init__(
@@ -47,10 +74,16 @@ class BackgroundQuery:
         *,
         on_batch: Callable[[pa.RecordBatch], Any] | None = None,
         sink: Sink | None = None,
-        **options: Any,
+        options: RunOptions | None = None,
+        **kwargs: Any,
     ) -> None:
-        if on_batch is not None and sink is not None:
-            raise EddiesError("give BackgroundQuery on_batch or sink, not both")
+        try:  # bad arguments fail here, now, and fail the streams the query would read
+            if on_batch is not None and sink is not None:
+                raise EddiesError("give BackgroundQuery on_batch or sink, not both")
+            options = RunOptions.from_kwargs(options, **kwargs)
+        except EddiesError as exc:
+            _fail_streams(sql, catalog, exc)
+            raise
         self.sql = sql
         self.sink = sink
         self.stats: RunStats | None = None
@@ -71,12 +104,16 @@ class BackgroundQuery:
         try:
             trio.run(self._main)
         except BaseException as exc:  # handed to the caller by result()
+            # Its producers must not wait for a query that failed, even one that never
+            # started reading its streams (a planning error, a bad option). Before the
+            # error is published: whoever sees it then sees the streams failed too.
+            _fail_streams(self.sql, self._catalog, exc)
             self._error = exc
         finally:
             self._started.set()  # a query that failed to start must not leave commit() waiting
 
     async def _main(self) -> None:
-        async with open_query(self.sql, self._catalog, **self._options) as results:
+        async with open_query(self.sql, self._catalog, options=self._options) as results:
             self._schema = results.schema
             self.stats = results.stats
             # With a sink, the batches since the last commit wait in the results.
@@ -111,6 +148,7 @@ class BackgroundQuery:
         the number of result rows in this increment. Raises EddiesError when the query has
         ended (its error, if it failed) or did not start within ``timeout`` seconds.
         """
+        timeout = check_timeout("timeout", timeout)
         if not self._started.wait(START_TIMEOUT if timeout is None else timeout):
             raise EddiesError("the query did not start in time")
         results, token = self._results, self._token
@@ -135,7 +173,7 @@ class BackgroundQuery:
         Raises the query's EddiesError, or EddiesError if it is still running after
         ``timeout`` seconds.
         """
-        self._thread.join(timeout)
+        self._thread.join(check_timeout("timeout", timeout))
         if self._thread.is_alive():
             raise EddiesError(f"the query is still running after {timeout} s")
         if self._error is not None:

@@ -54,6 +54,7 @@ from rich.table import Table
 from eddies.engine import Catalog, EddiesError, RunStats, open_query
 from eddies.engine.errors import find_error
 from eddies.engine.logging_setup import configure_logging
+from eddies.router.routing_table import DestinationKind
 from eddies.sources.nycflights import load_table
 
 #: Each mirror: request latency and jitter (seconds), and the lookups its index AMs keep
@@ -371,7 +372,7 @@ def print_result(table: pa.Table, seconds: float, rows: int = 10) -> None:
 
 def lookup_events(stats: RunStats) -> tuple[list[str], np.ndarray, np.ndarray, np.ndarray]:
     """Lookup AM names and, per routing decision to one: time, AM index, tuples."""
-    names = [d.name for d in stats.destinations if d.kind == "lookup"]
+    names = [d.name for d in stats.destinations if d.kind is DestinationKind.LOOKUP]
     log = stats.routing_table()
     index = {name: i for i, name in enumerate(names)}
     dest = log.column("destination").to_pylist()

@@ -25,37 +25,54 @@ class Module:
     name: str = "module"
     kind: str = "module"
 
-    async def process(self, work: Work) -> list[TupleBatch]:  # pragma: no cover - abstract
+    async def process(self, work: Work) -> list[TupleBatch] | Returned:  # pragma: no cover
+        """The outputs of one Work, or a whole :class:`Returned` (a SteM probe that
+        stopped at its output bound returns its rest that way)."""
         raise NotImplementedError
 
     async def close(self) -> None:
         """Called once the eddy has closed the module's input channel."""
 
-    async def emit(
-        self, destination: int, outputs: list[TupleBatch], work: Work | None = None
-    ) -> None:
-        """Send a partial answer now (and let other tasks run: LIMIT may stop the query);
-        ``work``: the Work it answers part of (its outputs count for that Work's estimate)."""
-        await self._to_eddy.send(Returned(destination, outputs, 0, 0.0, final=False, work=work))
-
     async def serve(
         self, inbox: trio.MemoryReceiveChannel, to_eddy: trio.MemorySendChannel
     ) -> None:
         self._to_eddy = to_eddy
+        ended = False
         try:
             async for work in inbox:
                 started = time.perf_counter()
                 outputs = await self.process(work)
                 busy = time.perf_counter() - started
-                await to_eddy.send(
-                    Returned(work.destination, outputs, len(work.batch), busy, work=work)
-                )
+                if isinstance(outputs, Returned):
+                    outputs.busy_seconds = busy
+                    outputs.work = work
+                    await to_eddy.send(outputs)
+                else:
+                    await to_eddy.send(
+                        Returned(work.destination, outputs, len(work.batch), busy, work=work)
+                    )
             await self.close()
+            ended = True
         finally:
-            # Closed without a checkpoint (unlike ``async with``), so an error raised here
-            # is not replaced by the Cancelled that it causes in the other tasks.
-            inbox.close()
-            to_eddy.close()
+            close_channels(inbox, to_eddy, ended)
+
+
+def close_channels(
+    inbox: trio.MemoryReceiveChannel, to_eddy: trio.MemorySendChannel, ended: bool
+) -> None:
+    """Close a module's channels as its serve loop ends, without a checkpoint (unlike
+    ``async with``), so an error raised here is not replaced by the Cancelled that it
+    causes in the other tasks.
+
+    The inbox is closed only when the module ended normally (the eddy had closed it).
+    After a failure, or a cancellation caused by another task's failure, it stays open:
+    the eddy places Work with ``send_nowait`` and learns of the failure only at its next
+    checkpoint; a closed inbox would make that send raise BrokenResourceError beside the
+    real error, and the query would end in an exception group instead of with its error.
+    """
+    if ended:
+        inbox.close()
+    to_eddy.close()
 
 
 def gather_columns(

@@ -16,7 +16,9 @@ queue, and a Work (a batch of probe tuples) is answered once every lookup it nee
 * Prior probers (ProbeCompletion, §3.4) end here: their remaining matches arrive as new
   singletons that find them in their SteMs. Tuples that came straight to the AM (the index
   join of a hybrid, §4.3) are bounced back marked ``looked`` and go on to the SteM.
-* Each lookup gets ``timeout`` seconds and ``retries`` retries with exponential backoff.
+* Each lookup gets ``timeout`` seconds and ``retries`` retries with exponential backoff
+  (:func:`eddies.router.calls.call_with_retries`, shared with per-row UDFs); a throttled
+  source (429 and ``Retry-After``) is waited for, not counted as failing.
   When they are used up the AM fails: the eddy is told (:class:`AccessFailed`), every Work
   still here is handed back unchanged, and the eddy routes it to the table's other AMs
   (failover) — or fails the query naming the table, if none is left.
@@ -45,13 +47,15 @@ import pyarrow.compute as pc
 import structlog
 import trio
 
-from eddies.modules.base import Module
+from eddies.engine.errors import DataSourceError
+from eddies.modules.base import Module, close_channels
 from eddies.modules.key_set import KeySet, bind_columns
+from eddies.router.calls import CallFailed, call_with_retries, describe_exception
 from eddies.router.messages import AccessFailed, Returned, Work
 from eddies.router.query_graph import AccessInfo, QueryGraph
 from eddies.router.stats import LookupStats
 from eddies.router.tuple_batch import Eot, Signature, singleton_batch
-from eddies.sources.arrow_source import conform
+from eddies.sources.arrow_source import RETRY_AFTER_CAP, Throttled, conform
 from eddies.sources.index_access import IndexAccess
 from eddies.sources.table_store import TableStore
 
@@ -61,6 +65,9 @@ log = structlog.get_logger("eddies.modules")
 #: and at least: enough to keep every slot busy and absorb bursts of probes.
 LOOKAHEAD_PER_LOOKUP = 8
 LOOKAHEAD_MIN = 256
+#: 429 answers one lookup may wait out before they count as failed attempts: a source
+#: that throttles without end is as good as down.
+MAX_THROTTLED = 32
 
 
 @dataclass(eq=False)
@@ -126,6 +133,7 @@ class IndexAM(Module):
         self._to_eddy = to_eddy
         queue_in, queue_out = trio.open_memory_channel[_Lookup](float("inf"))
         self._queue = queue_in
+        ended = False
         try:
             async with contextlib.AsyncExitStack() as stack:
                 lookup = await self._open(stack)
@@ -145,9 +153,9 @@ class IndexAM(Module):
                         self._accept(work, nursery)
                     # The eddy closes the queue only when nothing is in flight: we are done.
                     nursery.cancel_scope.cancel()
-        finally:  # closed without a checkpoint: see Module.serve
-            inbox.close()
-            to_eddy.close()
+            ended = True
+        finally:
+            close_channels(inbox, to_eddy, ended)
 
     async def _open(self, stack: contextlib.AsyncExitStack) -> Callable | None:
         """The lookup function, opening the AM's session (e.g. an HTTP client) if any."""
@@ -156,7 +164,7 @@ class IndexAM(Module):
         try:
             return await stack.enter_async_context(self.spec.session())
         except Exception as exc:  # a source that cannot even connect has failed
-            await self._fail(f"opening the session failed: {_describe(exc)}")
+            await self._fail(f"opening the session failed: {describe_exception(exc)}")
             return None
 
     def _accept(self, work: Work, nursery: trio.Nursery) -> None:
@@ -251,28 +259,47 @@ class IndexAM(Module):
         return bool(self.eots.contains(values)[0])
 
     async def _look_up(self, lookup_fn: Callable, key: tuple) -> tuple[pa.Table | None, str | None]:
-        """One lookup with timeout and retries: (rows, None) or (None, error message)."""
+        """One lookup with timeout and retries: (rows, None) or (None, error message).
+
+        A :class:`~eddies.sources.arrow_source.Throttled` answer (a 429) is back-pressure,
+        not a failure: the lookup waits its ``retry_after`` (at most ``RETRY_AFTER_CAP``;
+        the backoff if the source named none) and asks again without using up an attempt,
+        up to ``MAX_THROTTLED`` times; each wait counts as a retry in the stats.
+        """
         bind = dict(zip(self.spec.on, key, strict=True))
-        error = "no attempt"
-        for attempt in range(self.spec.retries + 1):
-            try:
-                if self.spec.timeout is None:
-                    raw = await lookup_fn(bind)
-                else:
-                    with trio.fail_after(self.spec.timeout):
-                        raw = await lookup_fn(bind)
-                return conform(
-                    raw, self.schema, f"lookup of {self.spec.name!r}", rows_ok=True
-                ), None
-            except trio.TooSlowError:
-                error = f"timed out after {self.spec.timeout} s"
-            except Exception as exc:  # any failure of a source counts; it is retried
-                error = _describe(exc)
-            if attempt < self.spec.retries:
-                self.stats.retries += 1
-                log.debug("lookup retry", am=self.spec.name, bind=bind, error=error)
-                await trio.sleep(self.spec.backoff * 2**attempt)
-        return None, f"lookup {bind} failed after {self.spec.retries + 1} attempts: {error}"
+
+        def on_retry(k: int, error: str) -> None:
+            self.stats.retries += 1
+            log.debug("lookup retry", am=self.spec.name, bind=bind, error=error)
+
+        def wait_asked(exc: Exception) -> float | None:
+            if not isinstance(exc, Throttled):
+                return None
+            return min(exc.retry_after, RETRY_AFTER_CAP) or self.spec.backoff
+
+        def on_wait(seconds: float, error: str) -> None:
+            self.stats.retries += 1
+            log.debug("lookup throttled", am=self.spec.name, bind=bind, wait=seconds)
+
+        try:
+            raw = await call_with_retries(
+                lambda: lookup_fn(bind),
+                timeout=self.spec.timeout,
+                retries=self.spec.retries,
+                backoff=self.spec.backoff,
+                on_retry=on_retry,
+                wait_asked=wait_asked,
+                on_wait=on_wait,
+                max_waits=MAX_THROTTLED,
+            )
+        except CallFailed as failed:
+            return None, f"lookup {bind} failed after {failed.attempts} attempts: {failed.error}"
+        # An answer of the wrong shape is not retried: asking again gives the same.
+        where = f"lookup of {self.spec.name!r} (table {self.spec.table!r})"
+        try:
+            return conform(raw, self.schema, where, rows_ok=True), None
+        except DataSourceError as exc:
+            return None, f"lookup {bind} gave a bad answer: {exc}"
 
     def _matching(self, done: list[tuple[_Lookup, pa.Table]], eot: Eot) -> pa.Table | None:
         """The answers' rows whose bind columns equal their lookup's key (the EOT vouches
@@ -328,8 +355,3 @@ class IndexAM(Module):
             if not lookup.finished.is_set() and lookup not in (f[0] for f in self._finished):
                 lookup.failed = True
                 lookup.finished.set()
-
-
-def _describe(exc: BaseException) -> str:
-    text = str(exc)
-    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__

@@ -20,13 +20,36 @@ from eddies.engine.errors import QueryTypeError, describe
 
 #: How a column's values become codes.
 KIND_INT, KIND_FLOAT, KIND_DICT, KIND_TIMESTAMP = "int", "float", "dict", "timestamp"
+#: Integers and DECIMALs joined together: exact values (DECIMAL(38, 18)) in a dictionary, so
+#: 2 = 2.00 matches and 2 = 2.50 or 12345678901234567 = 12345678901234567.01 does not.
+KIND_DECIMAL = "decimal"
+DECIMAL_KEY_TYPE = pa.decimal128(38, 18)
+#: Numeric kinds from narrowest to widest: a join of two kinds codes both in the wider.
+_NUMERIC_RANK = {KIND_INT: 0, KIND_DECIMAL: 1, KIND_FLOAT: 2}
+
+
+def uses_dictionary(kind: str) -> bool:
+    """Whether codes of this kind come from a :class:`KeyDictionary` (one per key column)."""
+    return kind in (KIND_DICT, KIND_DECIMAL)
+
+
+def wider_kind(a: str, b: str) -> str:
+    """The wider of two numeric kinds (int < decimal < float); ``a`` if either is not."""
+    if a in _NUMERIC_RANK and b in _NUMERIC_RANK:
+        return a if _NUMERIC_RANK[a] >= _NUMERIC_RANK[b] else b
+    return a
 
 
 def key_kind(dtype: pa.DataType) -> str:
     """The coding family of an Arrow type used in an equi-join."""
     if pa.types.is_integer(dtype) or pa.types.is_boolean(dtype) or pa.types.is_date(dtype):
         return KIND_INT
-    if pa.types.is_floating(dtype) or pa.types.is_decimal(dtype):
+    if pa.types.is_decimal(dtype):
+        fits = dtype.scale <= DECIMAL_KEY_TYPE.scale and (
+            dtype.precision - dtype.scale <= DECIMAL_KEY_TYPE.precision - DECIMAL_KEY_TYPE.scale
+        )
+        return KIND_DECIMAL if fits else KIND_FLOAT
+    if pa.types.is_floating(dtype):
         return KIND_FLOAT
     if pa.types.is_timestamp(dtype):
         return KIND_TIMESTAMP
@@ -45,10 +68,12 @@ def common_kind(left: pa.DataType, right: pa.DataType, where: object) -> str:
         if lk == KIND_INT and pa.types.is_date(left) != pa.types.is_date(right):
             raise QueryTypeError(f"cannot join {left} with {right} in {_place(where)}")
         return lk
-    if {lk, rk} == {KIND_INT, KIND_FLOAT} and not (
-        pa.types.is_date(left) or pa.types.is_date(right)
+    if (
+        lk in _NUMERIC_RANK
+        and rk in _NUMERIC_RANK
+        and not (pa.types.is_date(left) or pa.types.is_date(right))
     ):
-        return KIND_FLOAT
+        return wider_kind(lk, rk)
     raise QueryTypeError(f"cannot join {left} with {right} in {_place(where)}")
 
 
@@ -135,6 +160,11 @@ def encode_column(
     if kind == KIND_TIMESTAMP:
         values = values.cast(pa.timestamp("us", tz=values.type.tz)).cast(pa.int64())
         return _filled(values, 0)
+    if kind == KIND_DECIMAL:
+        assert dictionary is not None
+        if pa.types.is_integer(values.type) or pa.types.is_boolean(values.type):
+            values = values.cast(pa.int64()).cast(pa.decimal128(38, 0))
+        return dictionary.encode(values.cast(DECIMAL_KEY_TYPE), grow)
     if kind == KIND_FLOAT:
         as_float = _filled(values.cast(pa.float64()), 0.0).copy()
         as_float[as_float == 0.0] = 0.0  # -0.0 == 0.0 in SQL

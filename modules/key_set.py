@@ -13,11 +13,18 @@ every value's even); EOT keys never hold NULLs, since NULL never joins.
 
 from __future__ import annotations
 
+import decimal
+
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from eddies.modules.key_encoding import KIND_DICT, KeyDictionary, encode_column, validity
+from eddies.modules.key_encoding import (
+    KeyDictionary,
+    encode_column,
+    uses_dictionary,
+    validity,
+)
 
 
 class DenseKeys:
@@ -25,7 +32,7 @@ class DenseKeys:
 
     def __init__(self, kinds: tuple[str, ...]) -> None:
         self.kinds = kinds
-        self._values = [KeyDictionary() if k == KIND_DICT else None for k in kinds]
+        self._values = [KeyDictionary() if uses_dictionary(k) else None for k in kinds]
         self._codes = [KeyDictionary() for _ in kinds]
         # Pairs of (id so far, next column's code) -> dense ids; one column: code -> id.
         self._pairs = [KeyDictionary() for _ in kinds[1:]] or [KeyDictionary()]
@@ -104,10 +111,51 @@ def bind_columns(
         if valid is not None:
             usable &= valid
         if values.type != target:
-            cast = pc.cast(values, target, safe=False)
-            back = pc.cast(cast, values.type, safe=False)
-            same = pc.fill_null(pc.equal(back, values), False)
+            if _exact_kind(values.type) and _exact_kind(target):
+                values, same = _exact_cast(values, target)
+            else:
+                cast = pc.cast(values, target, safe=False)
+                back = pc.cast(cast, values.type, safe=False)
+                same = pc.fill_null(pc.equal(back, values), False)
+                values = cast
             usable &= same.to_numpy(zero_copy_only=False)
-            values = cast
         out.append(values)
     return out, usable
+
+
+def _exact_kind(t: pa.DataType) -> bool:
+    return pa.types.is_integer(t) or pa.types.is_decimal(t)
+
+
+def _exact_cast(values: pa.Array, target: pa.DataType) -> tuple[pa.Array, pa.Array]:
+    """Integer/DECIMAL ``values`` in ``target`` and a mask of those that are exactly equal
+    there (2.00 binds integer 2; 2.50 and out-of-range values bind nothing).
+
+    Values are compared in DECIMAL(38, s) (s the larger scale), then the usable ones cast
+    exactly; the others become 0, masked out by the caller."""
+    scale = max(getattr(values.type, "scale", 0), getattr(target, "scale", 0))
+    wide_type = pa.decimal128(38, scale)
+    wide = values.cast(pa.int64()).cast(pa.decimal128(38, 0)) if _is_int(values) else values
+    wide = wide.cast(wide_type)
+    if pa.types.is_integer(target):
+        info = np.iinfo(target.to_pandas_dtype())
+        lo = pa.scalar(decimal.Decimal(int(info.min)), wide_type)
+        hi = pa.scalar(decimal.Decimal(int(info.max)), wide_type)
+        same = pc.and_(
+            pc.equal(pc.floor(wide), wide),
+            pc.and_(pc.greater_equal(wide, lo), pc.less_equal(wide, hi)),
+        )
+    else:
+        limit = pa.scalar(decimal.Decimal(10) ** (target.precision - target.scale), wide_type)
+        rounded = pc.round(wide, ndigits=target.scale)
+        same = pc.and_(pc.equal(rounded, wide), pc.less(pc.abs(wide), limit))
+    same = pc.fill_null(same, False)
+    zero = pa.scalar(decimal.Decimal(0), wide_type)
+    safe = pc.if_else(same, wide, zero)
+    if pa.types.is_integer(target):
+        return safe.cast(target), same
+    return safe.cast(pa.decimal128(38, target.scale)).cast(target), same
+
+
+def _is_int(values: pa.Array) -> bool:
+    return pa.types.is_integer(values.type) or pa.types.is_boolean(values.type)

@@ -46,6 +46,8 @@ class ScanAM:
         stats: ModuleStats,
         access: int = -1,
         floating: bool = False,
+        start_after: trio.Event | None = None,
+        before_append: Callable[[], Awaitable[None]] | None = None,
     ) -> None:
         self.name = f"scan:{source.access_name or source.name}"
         self.access = access
@@ -56,9 +58,9 @@ class ScanAM:
         self.batch_size = source.batch_size or batch_size
         self.built = built
         self.stats = stats
-        self.start_after: trio.Event | None = None  # a stream waits for the static tables
+        self.start_after = start_after  # a stream waits for the static tables
         # A windowed stream's scan waits here before appending (see CommitPoints).
-        self.before_append: Callable[[], Awaitable[None]] | None = None
+        self.before_append = before_append
 
     async def run(self, to_eddy: trio.MemorySendChannel, source: Source, index: int) -> None:
         """Deliver every batch, each after taking a slot of ``source.admission``."""
@@ -118,7 +120,8 @@ class ScanAM:
         batches = self.source.open_batches(self.batch_size)
         while True:
             try:
-                batch = await trio.to_thread.run_sync(next, batches, None)
+                # abandoned on cancel: a stopped query does not wait for a slow read
+                batch = await trio.to_thread.run_sync(next, batches, None, abandon_on_cancel=True)
             except (OSError, ValueError) as exc:
                 raise DataSourceError(f"reading table {self.source.name!r} failed: {exc}") from exc
             if batch is None:

@@ -5,25 +5,44 @@ that in its TupleState (here: sets the predicate's Done bit on the surviving sub
 Predicates are evaluated with pyarrow.compute; UDF predicates are awaited (async) or run in
 a worker thread (sync), so an expensive predicate never stalls the eddy. An SM over several
 aliases evaluates a non-equi join predicate, or an equi-join edge that closes a cycle.
+
+Latency hiding (stems-2003 §2.1.3, applied to predicates): an SM whose predicate calls UDFs
+works on several Works at once, one task each, so the eddy keeps routing while calls are in
+flight and a later batch's calls join the function's pool of concurrent calls (see
+:mod:`eddies.router.udf_calls`). Each Work's Returned leaves when it is done, in any order;
+its busy seconds are its wall time, waiting included, so the policies see what a tuple
+really costs here. Beyond ``works_in_flight`` Works the SM stops reading its queue, which
+fills: back-pressure reaches the eddy as from any slow module.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import time
 
 import pyarrow as pa
+import trio
 
 from eddies.engine.errors import EddiesError, QueryTypeError
 from eddies.modules.base import Module, gather_columns, run_vectorized
 from eddies.router.expressions import evaluate, evaluate_async, mask_of
-from eddies.router.messages import Work
+from eddies.router.messages import Returned, Work
 from eddies.router.query_graph import Predicate
 from eddies.router.tuple_batch import TupleBatch
 from eddies.sources.table_store import TableStore
 
+#: Works an SM with UDF calls has in flight, per call slot of its functions (and at least
+#: WORKS_MIN): enough that, even at batch_size=1, every call slot can be busy while the
+#: next Works' arguments are already known.
+WORKS_PER_CALL_SLOT = 2
+WORKS_MIN = 8
+
 
 class SelectionModule(Module):
-    """Filters batches by one :class:`Predicate` and sets its Done bit on the survivors."""
+    """Filters batches by one :class:`Predicate` and sets its Done bit on the survivors.
+
+    With UDF calls in the predicate it serves up to ``works_in_flight`` Works at once.
+    """
 
     kind = "sm"
 
@@ -32,7 +51,47 @@ class SelectionModule(Module):
         self.name = predicate.name
         self._stores = stores
         self._keys = predicate.expr.column_keys()
-        self._has_udf = bool(predicate.expr.udf_calls())
+        calls = predicate.expr.udf_calls()
+        self._has_udf = bool(calls)
+        slots = sum(c.spec.max_concurrency or 1 for c in calls)
+        self.works_in_flight = max(WORKS_MIN, WORKS_PER_CALL_SLOT * slots) if calls else 1
+
+    async def serve(
+        self, inbox: trio.MemoryReceiveChannel, to_eddy: trio.MemorySendChannel
+    ) -> None:
+        if not self._has_udf:
+            await super().serve(inbox, to_eddy)
+            return
+        self._to_eddy = to_eddy
+        failure: list[BaseException] = []
+        try:
+            async with trio.open_nursery() as nursery:
+                slots = trio.Semaphore(self.works_in_flight)
+
+                async def one(work: Work) -> None:
+                    try:
+                        started = time.perf_counter()
+                        outputs = await self.process(work)
+                        busy = time.perf_counter() - started
+                        await to_eddy.send(
+                            Returned(work.destination, outputs, len(work.batch), busy, work=work)
+                        )
+                    except Exception as exc:  # the first error fails the query, alone
+                        if not failure:
+                            failure.append(exc)
+                        nursery.cancel_scope.cancel()
+                    finally:
+                        slots.release()
+
+                async for work in inbox:
+                    await slots.acquire()
+                    nursery.start_soon(one, work)
+            if failure:  # raised here, not from the nursery: one error, not a group
+                raise failure[0]
+            await self.close()
+        finally:  # closed without a checkpoint: see Module.serve
+            inbox.close()
+            to_eddy.close()
 
     def _mask(self, batch: TupleBatch):
         env = gather_columns(batch, self._keys, self._stores)

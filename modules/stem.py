@@ -30,6 +30,24 @@ Routing constraints enforced inside the SteM (stems-2003 Table 2):
 
 A probe with no join edge (a cross product) matches every older tuple; the build
 timestamps are increasing by position, so that is a ``searchsorted`` per tuple.
+
+**Bounded probes** (a continuation, so intermediate results never pile up). One probe Work
+returns at most ``MAX_OUTPUT_ROWS`` tuples. A probe whose matches exceed it stops there and
+hands the rest back in its answer (``Returned.rest``): the un-probed remainder of the batch,
+with a :class:`~eddies.router.messages.ProbeCursor` — the *horizon* (the stored positions
+the probe began with), the position reached inside the first tuple's matches (a tuple
+whose own matches exceed the bound is sliced by stored position: one key's positions
+ascend in the index, so a position is a stable cursor) and per-tuple bounds of the matches
+(exact for cross products, key counts otherwise). The eddy holds the rest and sends it
+back to this SteM once its backlog has drained (:class:`~eddies.router.eddy.Eddy`). The
+parts of a probe together are exactly one probe of the SteM as the probe began: each
+tuple is probed once, every match below the horizon is found once, and what lies above
+it is what the TimeStamp rule excludes anyway (a newer tuple finds the probe, §3.1), or,
+for a floating batch, what its LastMatchTimeStamp leaves to the next probe (§3.5). The
+bounce-backs (SteM BounceBack of prior probers, §3.4; floating batches probing again,
+§3.5) are decided for the whole batch when the probe begins, so Done bits, ProbeCompletion
+and TimeStamps are those of a single probe; and the Work's ``tuples_in`` are shared out
+among the parts as tuples finish, so the policies' counts are unchanged.
 """
 
 from __future__ import annotations
@@ -42,23 +60,24 @@ import trio
 
 from eddies.modules.base import Module, run_vectorized
 from eddies.modules.key_encoding import (
-    KIND_DICT,
     KeyDictionary,
     encode_column,
     key_kind,
     mix_codes,
+    uses_dictionary,
     validity,
 )
 from eddies.modules.key_set import KeySet, bind_columns
 from eddies.modules.row_identity import RowIdentity
 from eddies.modules.stem_index import GrowableArray, SortedRunIndex
 from eddies.modules.window import EventTimeWindow, StreamClock, event_times, valid_mask
-from eddies.router.messages import Work
+from eddies.router.messages import ProbeCursor, Returned, Work
 from eddies.router.query_graph import Predicate, QueryGraph
 from eddies.router.tuple_batch import Signature, TupleBatch
 from eddies.sources.table_store import TableStore
 
-#: Largest batch a probe returns at once; larger results leave as several partial answers.
+#: Most tuples one probe Work returns; a probe with more matches returns its rest to the eddy
+#: as a continuation (see ``SteM.process``).
 MAX_OUTPUT_ROWS = 1 << 16
 #: A windowed SteM evicts once it holds at least this many dead rows (and as many as live).
 EVICT_MIN_ROWS = 4096
@@ -94,7 +113,7 @@ class ColumnIndex:
     combined: KeyDictionary | None = None
 
     def __post_init__(self) -> None:
-        self.dictionaries = [KeyDictionary() if k == KIND_DICT else None for k in self.kinds]
+        self.dictionaries = [KeyDictionary() if uses_dictionary(k) else None for k in self.kinds]
         if len(self.columns) > 1:  # codes kept per column to verify multi-column matches
             self.column_codes = [GrowableArray(np.int64) for _ in self.columns]
             # Mixed 64-bit keys are sparse; dense codes for them allow CSR lookups.
@@ -177,7 +196,8 @@ class SteM(Module):
     def __len__(self) -> int:
         return len(self._rows)
 
-    async def process(self, work: Work) -> list[TupleBatch]:
+    async def process(self, work: Work) -> list[TupleBatch] | Returned:
+        """Build the batch, or probe it (see the module docstring on bounded probes)."""
         if work.destination == self.build_destination:
             batch = work.batch
             if self.identity is not None and len(batch):
@@ -188,40 +208,66 @@ class SteM(Module):
             if batch.eot is not None and len(batch.eot):
                 self.eots[batch.eot.columns].add(list(batch.eot.values))
             return built
+        return await self._probe_work(work)
+
+    async def _probe_work(self, work: Work) -> list[TupleBatch] | Returned:
+        """One bounded part of a probe: at most ``MAX_OUTPUT_ROWS`` matches (see
+        :meth:`process`); the rest, if any, goes back to the eddy as a continuation."""
         target = self.probe_targets[work.destination]
         predicate = None if work.edge is None else self.graph.predicates[work.edge]
         batch = work.batch
-        # A cross product's size is known up front: probe a slice of tuples at a time so
-        # its pairs are never all in memory. Any probe's result leaves in chunks of at most
-        # MAX_OUTPUT_ROWS, each a partial answer, so the eddy (and a LIMIT) can act on the
-        # first chunk before the rest exist.
-        step = len(batch)
-        if predicate is None:
-            step = max(1, MAX_OUTPUT_ROWS // max(1, len(self._rows)))
-        pending: list[TupleBatch] = []
-        pending_rows = 0
-        for start in range(0, len(batch), step):
-            part = batch if step >= len(batch) else batch.take(slice(start, start + step))
-            for out in await run_vectorized(self.probe, part, target, predicate, rows=len(part)):
-                for first in range(0, len(out), MAX_OUTPUT_ROWS):
-                    piece = (
-                        out
-                        if len(out) <= MAX_OUTPUT_ROWS
-                        else out.take(slice(first, first + MAX_OUTPUT_ROWS))
-                    )
-                    if pending_rows + len(piece) > MAX_OUTPUT_ROWS and pending:
-                        await self.emit(work.destination, pending, work)
-                        pending, pending_rows = [], 0
-                    pending.append(piece)
-                    pending_rows += len(piece)
-        if batch.signature.floating:
-            if not self.complete:
-                pending.append(self._probe_again(batch, target))
-        elif predicate is not None and not self.has_scan:
-            prior = self._prior_probers(batch, target, predicate)
-            if prior is not None:
-                pending.append(prior)
-        return pending
+        cursor = work.resume
+        limit = MAX_OUTPUT_ROWS
+        outputs: list[TupleBatch] = []
+        if cursor is None:
+            horizon = len(self._rows)
+            from_pos = 0
+            counts, keyed = self._candidate_counts(batch, target, predicate, horizon)
+            # Bounce-backs are decided for the whole batch as the probe begins, with the
+            # SteM it sees (a floating batch's LastMatchTimeStamp is the newest tuple below
+            # the horizon): so a probe in parts bounces exactly what one probe would.
+            if batch.signature.floating:
+                if not self.complete:
+                    outputs.append(self._probe_again(batch, target, horizon))
+            elif predicate is not None and not self.has_scan:
+                prior = self._prior_probers(batch, target, predicate)
+                if prior is not None:
+                    outputs.append(prior)
+        else:
+            horizon, from_pos, counts = cursor.horizon, cursor.from_pos, cursor.counts
+            keyed = None
+        # The leading tuples whose matches fit in the bound, all at once; else the first
+        # tuple alone, its matches sliced by stored position.
+        taken = 0 if from_pos else int(np.searchsorted(np.cumsum(counts), limit, side="right"))
+        next_from: int | None = None
+        if taken:
+            if taken == len(batch):  # the common case: the keys are encoded already
+                part = batch
+            else:
+                part, keyed = batch.take(slice(0, taken)), None
+            matches = await run_vectorized(
+                self.probe, part, target, predicate, horizon, keyed, rows=len(part)
+            )
+        else:
+            first = batch.take(slice(0, 1))
+            matches, next_from = self.probe_slice(
+                first, target, predicate, horizon, from_pos, limit
+            )
+            taken = 1 if next_from is None else 0
+        outputs = matches + outputs
+        resumed = 0 if cursor is None else cursor.limit
+        if taken == len(batch) and not resumed:
+            return outputs
+        rest = None
+        if taken < len(batch):
+            remaining = batch if not taken else batch.take(slice(taken, None))
+            rest = Work(
+                work.destination,
+                remaining,
+                work.edge,
+                ProbeCursor(horizon, next_from or 0, counts[taken:], limit),
+            )
+        return Returned(work.destination, outputs, taken, 0.0, rest=rest, resumed=resumed)
 
     def held_as_prior_probers(self, alias: int, target: int) -> list[TupleBatch]:
         """Every tuple held, in the role ``alias``, as prior probers of ``target``, one
@@ -251,9 +297,10 @@ class SteM(Module):
         delivered row is built): a floating probe then finds all its matches."""
         return self.scanned is not None and self.scanned.is_set() and len(self) == len(self.store)
 
-    def _probe_again(self, batch: TupleBatch, target: int) -> TupleBatch:
-        """Bounce a floating batch back, remembering the newest tuple it has seen here."""
-        newest = int(self._ts.view()[-1]) if len(self) else 0
+    def _probe_again(self, batch: TupleBatch, target: int, horizon: int) -> TupleBatch:
+        """Bounce a floating batch back, remembering the newest tuple it has seen here
+        (the newest below the probe's horizon)."""
+        newest = int(self._ts.view()[horizon - 1]) if horizon else 0
         sig = batch.signature
         again = TupleBatch(
             Signature(sig.span, sig.done, False, 1 << target, 0, True),
@@ -382,16 +429,30 @@ class SteM(Module):
         index.indexed = stored
         return index
 
-    def _matches(self, batch: TupleBatch, target: int, predicate: Predicate | None):
-        """Candidate (probe index, stored position) pairs before the TimeStamp rule."""
-        if predicate is None:  # cross product: every tuple built so far
-            n = len(batch)
-            counts = np.full(n, len(self._rows), dtype=np.int64)
-            probe_idx = np.repeat(np.arange(n, dtype=np.int64), counts)
-            pos = np.arange(len(probe_idx), dtype=np.int64) - np.repeat(
-                np.cumsum(counts) - counts, counts
+    def _window(
+        self, batch: TupleBatch, target: int, horizon: int
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Per probe tuple, the stored positions ``[lo, hi)`` it may match (int64 each).
+
+        Build timestamps increase with the stored position, so the TimeStamp rule (match
+        u only if key(u) < key(t)) is a position below ``hi``, and a floating tuple's
+        LastMatchTimeStamp a position from ``lo`` on; nothing at or above the horizon.
+        """
+        ts = self._ts.view()[:horizon]
+        n = len(batch)
+        if batch.signature.floating:
+            lo = (
+                np.zeros(n, dtype=np.int64)
+                if batch.lmts is None
+                else np.searchsorted(ts, batch.lmts, side="right").astype(np.int64)
             )
-            return probe_idx, pos
+            return lo, np.full(n, horizon, dtype=np.int64)
+        newest = (batch.ts - target - 1) // self.n_aliases  # ts*n + target < key(t)
+        hi = np.searchsorted(ts, newest, side="right").astype(np.int64)
+        return np.zeros(n, dtype=np.int64), hi
+
+    def _probe_keys(self, batch: TupleBatch, target: int, predicate: Predicate):
+        """(index, probe keys, per-column codes, validity or None) of a keyed probe."""
         edge = predicate.edge
         assert edge is not None
         probe_alias = edge.other(target)
@@ -399,33 +460,121 @@ class SteM(Module):
         keys, codes, valid = index.encode(
             self.stores[probe_alias], edge.side(probe_alias), batch.rows[probe_alias], grow=False
         )
+        return index, keys, codes, valid
+
+    def _candidate_counts(
+        self, batch: TupleBatch, target: int, predicate: Predicate | None, horizon: int
+    ) -> tuple[np.ndarray, tuple | None]:
+        """Per probe tuple, an upper bound of its matches below ``horizon`` (exact for a
+        cross product): how a probe is cut into parts of at most ``MAX_OUTPUT_ROWS``.
+        Also the probe keys of a keyed probe (see :meth:`_probe_keys`), to reuse."""
+        lo, hi = self._window(batch, target, horizon)
+        span = np.maximum(hi - lo, 0)
+        if predicate is None:
+            return span, None
+        keyed = self._probe_keys(batch, target, predicate)
+        index, keys, _, valid = keyed
+        counts = np.minimum(index.index.counts(keys), span)
+        if valid is not None:
+            counts[~valid] = 0  # NULL never joins
+        return counts, keyed
+
+    def _matches(
+        self,
+        batch: TupleBatch,
+        target: int,
+        predicate: Predicate | None,
+        horizon: int,
+        keyed: tuple | None = None,
+    ):
+        """Candidate (probe index, stored position) pairs in the tuples' windows, which
+        enforce the TimeStamp rule (or a floating tuple's LastMatchTimeStamp)."""
+        lo, hi = self._window(batch, target, horizon)
+        if predicate is None:  # cross product: every stored tuple in the window
+            counts = np.maximum(hi - lo, 0)
+            probe_idx = np.repeat(np.arange(len(batch), dtype=np.int64), counts)
+            pos = np.arange(len(probe_idx), dtype=np.int64) + np.repeat(
+                lo - (np.cumsum(counts) - counts), counts
+            )
+            return probe_idx, pos
+        if keyed is None:
+            keyed = self._probe_keys(batch, target, predicate)
+        index, keys, codes, valid = keyed
         if valid is None:
             probe_idx, pos = index.index.probe(keys)
         else:
             live = np.flatnonzero(valid)
             probe_idx, pos = index.index.probe(keys[live])
             probe_idx = live[probe_idx]
-        if len(codes) > 1 and len(pos):  # the mixed key may collide: check every column
+        inside = (pos >= lo[probe_idx]) & (pos < hi[probe_idx])
+        if not inside.all():
+            probe_idx, pos = probe_idx[inside], pos[inside]
+        return self._verified(index, codes, probe_idx, pos)
+
+    @staticmethod
+    def _verified(index: ColumnIndex, codes: list[np.ndarray], probe_idx, pos):
+        """Drop pairs whose mixed multi-column key collided: compare every column."""
+        if len(codes) > 1 and len(pos):
             same = np.ones(len(pos), dtype=bool)
             for stored, probe_codes in zip(index.column_codes, codes, strict=True):
                 same &= stored.view()[pos] == probe_codes[probe_idx]
             probe_idx, pos = probe_idx[same], pos[same]
         return probe_idx, pos
 
+    def probe_slice(
+        self,
+        one: TupleBatch,
+        target: int,
+        predicate: Predicate | None,
+        horizon: int,
+        from_pos: int,
+        limit: int,
+    ) -> tuple[list[TupleBatch], int | None]:
+        """The matches of one probe tuple at stored positions from ``from_pos`` on, at
+        most ``limit`` of them; and the position to go on from (None: all returned). For a
+        tuple whose own matches exceed the output bound."""
+        lo, hi = self._window(one, target, horizon)
+        start, end = max(int(lo[0]), from_pos), int(hi[0])
+        if predicate is None:
+            stop = min(end, start + limit)
+            pos = np.arange(start, stop, dtype=np.int64)
+            next_from = stop if stop < end else None
+            probe_idx = np.zeros(len(pos), dtype=np.int64)
+        else:
+            index, keys, codes, valid = self._probe_keys(one, target, predicate)
+            if valid is not None and not valid[0]:
+                return [], None
+            pos, next_from = index.index.positions_of(int(keys[0]), start, end, limit)
+            probe_idx = np.zeros(len(pos), dtype=np.int64)
+            probe_idx, pos = self._verified(index, codes, probe_idx, pos)
+        return self._joined(one, target, predicate, probe_idx, pos), next_from
+
     def probe(
-        self, batch: TupleBatch, target: int, predicate: Predicate | None
+        self,
+        batch: TupleBatch,
+        target: int,
+        predicate: Predicate | None,
+        horizon: int | None = None,
+        keyed: tuple | None = None,
     ) -> list[TupleBatch]:
-        """Concatenated matches of ``batch`` with this SteM's tuples in the role ``target``."""
-        probe_idx, pos = self._matches(batch, target, predicate)
+        """Concatenated matches of ``batch`` with this SteM's tuples in the role ``target``,
+        among the tuples stored below ``horizon`` (default: all); ``keyed``: the batch's
+        probe keys if encoded already."""
+        horizon = len(self._rows) if horizon is None else horizon
+        probe_idx, pos = self._matches(batch, target, predicate, horizon, keyed)
+        return self._joined(batch, target, predicate, probe_idx, pos)
+
+    def _joined(
+        self,
+        batch: TupleBatch,
+        target: int,
+        predicate: Predicate | None,
+        probe_idx: np.ndarray,
+        pos: np.ndarray,
+    ) -> list[TupleBatch]:
+        """The joined tuples of candidate pairs (taken from the probe tuples' windows, so
+        they pass the TimeStamp rule) that are inside the windows, by stored Done bits."""
         sig = batch.signature
-        if sig.floating:  # matches it has not seen: newer than its LastMatchTimeStamp
-            seen = 0 if batch.lmts is None else batch.lmts[probe_idx]
-            keep = self._ts.view()[pos] > seen
-        else:  # TimeStamp rule
-            stored_keys = self._ts.view()[pos] * self.n_aliases + target
-            keep = stored_keys < batch.ts[probe_idx]
-        if not keep.all():
-            probe_idx, pos = probe_idx[keep], pos[keep]
         if len(pos) == 0:
             return []
         rows = {a: ids[probe_idx] for a, ids in batch.rows.items()}

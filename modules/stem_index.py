@@ -66,6 +66,41 @@ class SortedRunIndex:
             return probe_parts[0].astype(np.int64, copy=False), pos_parts[0]
         return np.concatenate(probe_parts).astype(np.int64, copy=False), np.concatenate(pos_parts)
 
+    def counts(self, keys: np.ndarray) -> np.ndarray:
+        """Per probe key, how many entries it matches (int64, length ``len(keys)``)."""
+        total = np.zeros(len(keys), dtype=np.int64)
+        for run in self._runs:
+            lo, hi = run.bounds(keys)
+            total += hi - lo
+        return total
+
+    def positions_of(self, key: int, lo: int, hi: int, limit: int) -> tuple[np.ndarray, int | None]:
+        """The positions in ``[lo, hi)`` of ``key``'s entries, ascending, at most ``limit``
+        of them; and the next such position beyond those (None when all were returned).
+
+        Positions are inserted in increasing order and runs are merged oldest first, so one
+        key's positions ascend within a run and from each run to the next: a position is
+        therefore a stable cursor into one key's matches, however the runs merge meanwhile.
+        """
+        found: list[np.ndarray] = []
+        n = 0
+        probe = np.array([key], dtype=np.int64)
+        for run in self._runs:
+            rlo, rhi = run.bounds(probe)
+            segment = run.positions[int(rlo[0]) : int(rhi[0])]
+            if not len(segment):
+                continue
+            a, b = np.searchsorted(segment, [lo, hi])
+            if a < b:
+                found.append(segment[a : min(b, a + limit + 1 - n)])
+                n += len(found[-1])
+                if n > limit:
+                    break
+        positions = np.concatenate(found) if found else np.empty(0, dtype=np.int64)
+        if len(positions) > limit:
+            return positions[:limit], int(positions[limit])
+        return positions, None
+
 
 class _Run:
     """One sorted run; with CSR offsets by key when its key range is small (dense)."""

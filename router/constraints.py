@@ -22,7 +22,7 @@ from __future__ import annotations
 import numpy as np
 
 from eddies.router.query_graph import QueryGraph
-from eddies.router.routing_table import Destination
+from eddies.router.routing_table import Destination, DestinationKind
 from eddies.router.tuple_batch import TupleBatch
 
 
@@ -46,14 +46,14 @@ class ConstraintChecker:
         sig = batch.signature
         dest = self.destinations[destination]
         graph = self.graph
-        if dest.kind == "output":
+        if dest.kind is DestinationKind.OUTPUT:
             if sig.span != graph.all_aliases or sig.done != graph.all_predicates:
                 self._fail("completeness", f"incomplete tuples sent to output: {sig}")
             table = graph.aliases[sig.span.bit_length() - 1].table
             if not sig.built and not sig.floating and table in graph.stem_tables:
                 self._fail("BuildFirst", f"unbuilt {table} tuples sent to output")
             return
-        if dest.kind == "build":
+        if dest.kind is DestinationKind.BUILD:
             if sig.built:
                 self._fail("BoundedRepetition", f"built tuples routed to {dest.name} again")
             return
@@ -63,21 +63,21 @@ class ConstraintChecker:
         if not sig.built:
             table = graph.aliases[sig.span.bit_length() - 1].table
             if (
-                dest.kind in ("probe", "lookup")
+                dest.kind in (DestinationKind.PROBE, DestinationKind.LOOKUP)
                 or len(graph.aliases_of(table)) > 1
                 or graph.strict_build_first(table)
             ):
                 self._fail("BuildFirst", f"unbuilt {table} tuples routed to {dest.name}")
         if sig.prior:
-            if dest.kind == "probe":
+            if dest.kind is DestinationKind.PROBE:
                 self._fail("ProbeCompletion", f"prior probers routed to SteM {dest.name}")
-            if dest.kind == "lookup" and not sig.prior >> dest.target_alias & 1:
+            if dest.kind is DestinationKind.LOOKUP and not sig.prior >> dest.target_alias & 1:
                 self._fail("ProbeCompletion", f"prior probers routed to {dest.name}")
-        if dest.kind == "lookup" and (sig.span | sig.looked) >> dest.target_alias & 1:
+        if dest.kind is DestinationKind.LOOKUP and (sig.span | sig.looked) >> dest.target_alias & 1:
             self._fail("BoundedRepetition", f"tuples looked up in {dest.name} again")
-        if dest.kind == "probe" and sig.span >> dest.target_alias & 1:
+        if dest.kind is DestinationKind.PROBE and sig.span >> dest.target_alias & 1:
             self._fail("BoundedRepetition", f"tuples spanning {dest.name} probed it again")
-        if dest.kind == "sm":
+        if dest.kind is DestinationKind.SM:
             pred = graph.predicates[dest.predicate]
             if sig.done & pred.bit:
                 self._fail("BoundedRepetition", f"tuples routed to {dest.name} twice")
@@ -87,16 +87,20 @@ class ConstraintChecker:
     def _check_floating(self, sig, dest) -> None:
         """Relaxed BuildFirst: floating tuples are never built, and a bounced one probes
         the SteM that bounced it again, and no other (§3.5)."""
-        if dest.kind in ("build", "lookup"):
+        if dest.kind in (DestinationKind.BUILD, DestinationKind.LOOKUP):
             self._fail("BuildFirst", f"floating tuples routed to {dest.name}")
-        if dest.kind == "probe" and sig.span >> dest.target_alias & 1:
+        if dest.kind is DestinationKind.PROBE and sig.span >> dest.target_alias & 1:
             self._fail("BoundedRepetition", f"tuples spanning {dest.name} probed it again")
-        if sig.prior and dest.kind == "probe" and not sig.prior >> dest.target_alias & 1:
+        if (
+            sig.prior
+            and dest.kind is DestinationKind.PROBE
+            and not sig.prior >> dest.target_alias & 1
+        ):
             self._fail("ProbeCompletion", f"bounced floating tuples routed to {dest.name}")
 
     def check_returned(self, destination: int, tuples_in: int, outputs: list[TupleBatch]) -> None:
         dest = self.destinations[destination]
-        if dest.kind == "build":
+        if dest.kind is DestinationKind.BUILD:
             aliases = self.graph.aliases_of(dest.table)
             got = sorted(next(iter(b.rows)) for b in outputs)
             lengths = {len(b) for b in outputs}
@@ -110,7 +114,7 @@ class ConstraintChecker:
                 (alias,) = b.rows
                 raw = (b.ts - alias) // self.n_aliases
                 record.update(zip(b.rows[alias].tolist(), raw.tolist(), strict=True))
-        elif dest.kind == "probe":
+        elif dest.kind is DestinationKind.PROBE:
             for b in outputs:
                 if b.signature.floating:
                     continue  # no build timestamps to check: LastMatchTimeStamp applies

@@ -13,8 +13,20 @@ queue has room (``send_nowait``), otherwise the batch waits in the eddy and is r
 when a module answers. So a module can never be blocked by the eddy while the eddy waits
 on it, and back-pressure (what the naive policy learns from) reaches the eddy.
 
-The query ends when every source is exhausted and no batch is in flight, queued or
-waiting (stems-2003 §2.1.1); the eddy then closes the modules' queues.
+Intermediate results are bounded. A SteM probe returns at most ``MAX_OUTPUT_ROWS``
+tuples per Work and hands the rest of a larger probe back as a continuation
+(``Returned.rest``, see :mod:`eddies.modules.stem`). The eddy holds continuations in a
+deferred queue and sends one back to its SteM only while the tuples it buffers (priority
+buffer and waiting) plus the output bounds of resumed probes in flight stay below
+``MAX_BUFFERED_TUPLES`` — or when nothing is in flight at all, so the query always
+progresses. Continuations never wait on a module (the eddy still never blocks on a send),
+so no module can deadlock waiting for another; they are tuples already handled, so they
+go before new source tuples (eddies-2000 §4), and while any is held no source tuple is
+admitted. Memory is then bounded by ``MAX_BUFFERED_TUPLES`` plus what the modules' bounded
+queues hold; a cross product whose WHERE keeps nothing never holds its pairs at once.
+
+The query ends when every source is exhausted and no batch is in flight, queued, waiting
+or deferred (stems-2003 §2.1.1); the eddy then closes the modules' queues.
 
 Access methods can fail (stems-2003 §3.2, competitive AMs): a failed index AM is taken out
 of the routing table and its Works come back to be routed to the table's other AMs; a
@@ -40,7 +52,7 @@ from eddies.engine.errors import DataSourceError
 from eddies.router.constraints import ConstraintChecker
 from eddies.router.messages import AccessFailed, Returned, SourceBatch, SourceDone, Work
 from eddies.router.policies import HOLD, RoutingPolicy
-from eddies.router.routing_table import RoutingTable
+from eddies.router.routing_table import DestinationKind, RoutingTable
 from eddies.router.stats import RunStats
 from eddies.router.tuple_batch import TupleBatch
 
@@ -49,6 +61,17 @@ log = structlog.get_logger("eddies.router")
 #: Probe tuples that may wait in the eddy for full index AMs while new source tuples are
 #: still admitted (see ``Eddy._admission_blocked``); beyond it the sources are held back.
 MAX_WAITING_FOR_LOOKUPS = 65536
+#: Tuples the eddy may buffer (priority buffer and waiting, plus the output bounds of
+#: resumed probes in flight) before it holds back the continuations of large SteM probes.
+MAX_BUFFERED_TUPLES = 1 << 18
+
+
+class _ModuleEnded(Exception):
+    """A module's input queue is closed: its task has ended (see :meth:`Eddy.run`)."""
+
+    def __init__(self, module: str) -> None:
+        super().__init__(module)
+        self.module = module
 
 
 @dataclass
@@ -88,6 +111,7 @@ class Eddy:
         checker: ConstraintChecker | None = None,
         scanned: dict[str, trio.Event] | None = None,
         stems: dict | None = None,
+        on_idle: Callable[[], None] | None = None,
     ) -> None:
         self.routing_table = routing_table
         self.policy = policy
@@ -108,6 +132,11 @@ class Eddy:
         # None when no eligible queue had room and the batch must be routed afresh.
         self._waiting: deque[tuple[TupleBatch, int | None]] = deque()
         self._retry = False
+        self._buffered = 0  # tuples in _priority and _waiting
+        # Continuations of SteM probes stopped at their output bound, and the output bounds
+        # of those sent back and not answered yet (see the module docstring).
+        self._deferred: deque[Work] = deque()
+        self._promised = 0
         self._in_flight = 0
         self._started = time.perf_counter()
         self._failures: dict[str, list[str]] = {}  # table -> errors of its failed AMs
@@ -119,12 +148,14 @@ class Eddy:
         self._unbuilt: dict[str, int] = {}  # per table: delivered tuples not built yet
         self._scan_done: set[str] = set()
         self._build_tables = {
-            d.id: d.table for d in routing_table.destinations if d.kind == "build"
+            d.id: d.table for d in routing_table.destinations if d.kind is DestinationKind.BUILD
         }
-        self._lookups = {d.id for d in routing_table.destinations if d.kind == "lookup"}
+        self._lookups = {
+            d.id for d in routing_table.destinations if d.kind is DestinationKind.LOOKUP
+        }
         # Continuous queries: called whenever the eddy may have become idle, and when it
         # ends (see eddies.engine.commit_points); ``ended`` is then True.
-        self.on_idle: Callable[[], None] | None = None
+        self.on_idle = on_idle
         self.ended = False
         self._inbox: trio.MemoryReceiveChannel | None = None
 
@@ -142,14 +173,19 @@ class Eddy:
                 if self._retry and self._waiting:
                     self._retry = False
                     waiting, self._waiting = self._waiting, deque()
+                    self._buffered -= sum(len(b) for b, _ in waiting)
                     for batch, destination in waiting:
                         entry = self._entry(batch)
                         if destination is None or not entry.offers(destination):
                             self._route(batch)  # e.g. its chosen AM failed meanwhile
                         else:
                             self._send(destination, batch, entry)
+                if self._deferred and self._may_resume():
+                    self._resume()
                 if self._priority:
-                    self._route(self._priority.popleft())
+                    batch = self._priority.popleft()
+                    self._buffered -= len(batch)
+                    self._route(batch)
                 elif self._fresh_count and not self._admission_blocked():
                     self._route(self._next_fresh())
                 elif self._finished():
@@ -160,6 +196,15 @@ class Eddy:
                     self._accept(await inbox.receive())
                     continue
                 await trio.lowlevel.checkpoint()  # let the modules and scans run
+        except _ModuleEnded as ended:
+            # A module's queue closes only when its task ends: cancelled (LIMIT stopped the
+            # query, or the caller left) or failed, which cancels the query's nursery. A
+            # message taken just before that cancel let the eddy route on synchronously; it
+            # must end by the same cancel, not add a BrokenResourceError of its own.
+            await trio.lowlevel.checkpoint()
+            raise RuntimeError(
+                f"module {ended.module!r} ended while the eddy still routed to it"
+            ) from None
         finally:
             for queue in {id(q): q for q in self.queues}.values():
                 queue.close()
@@ -173,7 +218,7 @@ class Eddy:
         tuple delivered so far has been fully processed (a quiescent point)."""
         return (
             self._in_flight == 0
-            and not (self._priority or self._fresh_count or self._waiting)
+            and not (self._priority or self._fresh_count or self._waiting or self._deferred)
             and not any(self._parked.values())
             and (self._inbox is None or self._inbox.statistics().current_buffer_used == 0)
             and not any(s.undelivered for s in self.sources if not s.closed)
@@ -191,8 +236,11 @@ class Eddy:
         that waits for an index AM does not, up to ``MAX_WAITING_FOR_LOOKUPS`` tuples:
         fresh tuples may find their matches in the SteMs meanwhile, and stalling them
         behind slow lookups is the head-of-line blocking SteMs exist to avoid (stems-2003
-        §4.2).
+        §4.2). A held continuation does too: its tuples were handled already (eddies-2000
+        §4), and new source tuples would only add probes to the backlog it waits out.
         """
+        if self._deferred:
+            return True
         waiting_for_lookups = 0
         for batch, destination in self._waiting:
             if destination is None or destination not in self._lookups:
@@ -204,7 +252,7 @@ class Eddy:
         return (
             self.sources_open == 0
             and self._in_flight == 0
-            and not (self._priority or self._fresh_count or self._waiting)
+            and not (self._priority or self._fresh_count or self._waiting or self._deferred)
             and not any(self._parked.values())
         )
 
@@ -230,6 +278,14 @@ class Eddy:
             if message.final:
                 self._in_flight -= 1
                 self._retry = True
+                self._promised -= message.resumed
+            if message.rest is not None:
+                # The continuation's answers count towards the Work first routed.
+                origin = message.work
+                if origin is not None:
+                    message.rest.origin = origin.origin or origin
+                    message.rest.routed_at = origin.routed_at
+                self._deferred.append(message.rest)
             returned = sum(len(b) for b in message.outputs)
             stats = self._module_stats[message.destination]
             stats.tuples_out += returned
@@ -248,7 +304,7 @@ class Eddy:
                 if b.signature.floating and b.signature.prior:
                     self._park(b)
                 elif len(b) or b.eot is not None:
-                    self._priority.append(b)
+                    self._buffer(b)
             if message.final and built_table is not None:
                 self._unpark(built_table)
         elif isinstance(message, SourceBatch):
@@ -275,20 +331,55 @@ class Eddy:
         else:
             self._access_failed(message)
 
+    def _may_resume(self) -> bool:
+        """Whether the oldest continuation may go back to its SteM now: its queue has room
+        and the backlog is below ``MAX_BUFFERED_TUPLES``, or nothing is in flight."""
+        work = self._deferred[0]
+        if not self.has_room(work.destination):
+            return False
+        return self._buffered + self._promised < MAX_BUFFERED_TUPLES or self._in_flight == 0
+
+    def _resume(self) -> None:
+        """Send the oldest continuation back to its SteM (its tuples were counted and
+        checked when first routed); reserve its output bound until it answers."""
+        work = self._deferred.popleft()
+        assert work.resume is not None
+        try:
+            self.queues[work.destination].send_nowait(work)
+        except trio.BrokenResourceError:
+            raise _ModuleEnded(self.routing_table.destinations[work.destination].module) from None
+        self._in_flight += 1
+        self._promised += work.resume.limit
+
+    def _buffer(self, batch: TupleBatch) -> None:
+        """Queue a returned batch in the priority buffer (routed before new source tuples)."""
+        self._priority.append(batch)
+        self._count_buffered(len(batch))
+
+    def _wait(self, batch: TupleBatch, destination: int | None) -> None:
+        """Hold a batch until a queue has room (``destination`` None: route it afresh)."""
+        self._waiting.append((batch, destination))
+        self._count_buffered(len(batch))
+
+    def _count_buffered(self, n: int) -> None:
+        self._buffered += n
+        if self._buffered > self.stats.peak_buffered_tuples:
+            self.stats.peak_buffered_tuples = self._buffered
+
     def _park(self, batch: TupleBatch) -> None:
         """Hold a floating batch bounced by an incomplete SteM until that SteM changes —
         unless it is complete by now (its answer raced the last build or the scan's end)."""
         alias = self.routing_table.graph.aliases[batch.signature.prior.bit_length() - 1]
         if alias.table in self._scan_done and self._unbuilt.get(alias.table, 0) <= 0:
-            self._priority.append(batch)
+            self._buffer(batch)
         else:
             self._parked.setdefault(alias.table, []).append(batch)
 
     def _unpark(self, table: str) -> None:
         """The SteM of ``table`` changed: its bounced floating batches may probe again."""
         parked = self._parked.pop(table, None)
-        if parked:
-            self._priority.extend(parked)
+        for batch in parked or ():
+            self._buffer(batch)
 
     def _close_source(self, index: int, keep_delivered: bool = False) -> None:
         """No more batches from this scan; its undelivered ones are dropped unless it
@@ -361,7 +452,8 @@ class Eddy:
         log.warning("every scan failed: falling back to lookups", table=table)
         self.routing_table.mark_scanless(table)
         self._stems[table].has_scan = False
-        self._priority.extend(replays)
+        for batch in replays:
+            self._buffer(batch)
         return True
 
     def _fail_table(self, table: str) -> None:
@@ -385,7 +477,7 @@ class Eddy:
         else:
             choice = self.policy.choose(entry, len(batch), has_room, batch.signature)
         if choice is None:
-            self._waiting.append((batch, None))
+            self._wait(batch, None)
         elif isinstance(choice, np.ndarray):
             for destination, part in batch.split_by(choice).items():
                 if destination == HOLD:  # routed afresh after the next answer (pilots)
@@ -416,7 +508,7 @@ class Eddy:
         if group is not None:
             destination = self.policy.choose_access(group, len(batch), self.has_room)
             if destination is None:
-                self._waiting.append((batch, None))
+                self._wait(batch, None)
                 return
             step = destination
         self._send(step, batch, entry)
@@ -425,16 +517,21 @@ class Eddy:
         limit = self.routing_table.destinations[destination].max_batch
         if limit is not None and len(batch) > limit:
             # The rest is routed afresh, next: each Work is placed on its own.
-            self._priority.appendleft(batch.take(slice(limit, None)))
+            rest = batch.take(slice(limit, None))
+            self._priority.appendleft(rest)
+            self._count_buffered(len(rest))
             batch = batch.take(slice(0, limit))
         if not self.has_room(destination):
-            self._waiting.append((batch, destination))  # keep the decision: no re-split
+            self._wait(batch, destination)  # keep the decision: no re-split
             return
         if self.checker is not None:
             self.checker.check_route(batch, destination)
         edge = entry.edge_of(destination)
         now = time.perf_counter()
-        self.queues[destination].send_nowait(Work(destination, batch, edge, now))
+        try:
+            self.queues[destination].send_nowait(Work(destination, batch, edge, routed_at=now))
+        except trio.BrokenResourceError:
+            raise _ModuleEnded(self.routing_table.destinations[destination].module) from None
         self._in_flight += 1
         n = len(batch)
         sig = batch.signature

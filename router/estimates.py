@@ -151,16 +151,26 @@ class Estimates:
         self.clock: dict[object, float] = {}  # tuples observed per signature
         self.by_destination: dict[int, Estimate] = {}
         self._destination_clock = 0.0
-        self._partial: dict[int, int] = {}  # id(Work) -> outputs of its partial answers
+        self._partial: dict[int, list] = {}  # id(Work) -> [out, in, seconds] of partials
 
-    def add_partial(self, work: object, tuples_out: int) -> None:
-        """A partial answer of ``work`` carried ``tuples_out`` tuples (booked at its end)."""
+    def add_partial(
+        self, work: object, tuples_out: int, tuples_in: int = 0, seconds: float = 0.0
+    ) -> None:
+        """A partial answer of ``work`` (or of one of its continuations) carried
+        ``tuples_out`` tuples, finished ``tuples_in`` and took ``seconds`` (booked at its end)."""
         key = id(work)
-        self._partial[key] = self._partial.get(key, 0) + tuples_out
+        part = self._partial.get(key)
+        if part is None:
+            self._partial[key] = [tuples_out, tuples_in, seconds]
+        else:
+            part[0] += tuples_out
+            part[1] += tuples_in
+            part[2] += seconds
 
-    def pop_partial(self, work: object) -> int:
-        """Tuples the partial answers of ``work`` carried (forgotten here)."""
-        return self._partial.pop(id(work), 0)
+    def pop_partial(self, work: object) -> tuple[int, int, float]:
+        """(tuples out, tuples in, seconds) of the partial answers of ``work`` (forgotten)."""
+        part = self._partial.pop(id(work), None)
+        return (0, 0, 0.0) if part is None else (part[0], part[1], part[2])
 
     def observe(
         self,

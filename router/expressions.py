@@ -8,11 +8,14 @@ a query is planned by evaluating each expression on zero-length columns of the r
 types, so ``'a' + 1`` fails before any data moves, naming the construct and its position.
 
 UDF calls (:class:`UdfCall`) may be async or run off the trio thread; they are evaluated
-first by :func:`evaluate_async`, which binds their results into the environment.
+first by :func:`evaluate_async`, which binds their results into the environment. A query's
+calls of one function share a concurrency limit, a cache and stats
+(:mod:`eddies.router.udf_calls`).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -20,9 +23,21 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
-import trio
 
-from eddies.engine.errors import QueryTypeError, UdfError, describe
+from eddies.engine.errors import ExpressionError, QueryTypeError, UdfError, describe
+from eddies.router.udf_calls import FunctionCalls, UdfStats
+
+#: What pyarrow.compute (and the NumPy/Python code of our kernels) raises on bad values or
+#: types; :meth:`Call.eval` turns them into an :class:`ExpressionError` naming the SQL.
+KERNEL_ERRORS = (
+    pa.ArrowInvalid,
+    pa.ArrowNotImplementedError,
+    pa.ArrowTypeError,
+    OverflowError,
+    ZeroDivisionError,
+    TypeError,
+    ValueError,
+)
 
 Env = Mapping[Any, pa.Array]
 
@@ -77,10 +92,24 @@ class Call(Expr):
     sql: object = ""  # SQL text: a str, or rendered lazily by str()
 
     def eval(self, env: Env, n: int) -> pa.Array | pa.Scalar:
-        return self.fn(*[a.eval(env, n) for a in self.args])
+        values = [a.eval(env, n) for a in self.args]
+        try:
+            return self.fn(*values)
+        except KERNEL_ERRORS as exc:
+            # The one place a library error on an expression's values becomes ours: the
+            # innermost failing Call names itself (an EddiesError passes outer ones).
+            raise ExpressionError(f"evaluating {self.sql} failed: {_reason(exc)}") from exc
 
     def children(self) -> list[Expr]:
         return self.args
+
+
+#: Calls of an ``async def`` function in flight at once, per query, unless told otherwise.
+DEFAULT_ASYNC_CONCURRENCY = 32
+#: Worker threads a sync function runs on at once, per query, unless told otherwise.
+DEFAULT_THREADS = 4
+#: Seconds before a failed call's first retry; doubled for each further one.
+DEFAULT_UDF_BACKOFF = 0.05
 
 
 @dataclass
@@ -88,17 +117,42 @@ class FunctionSpec:
     """A registered Python function usable in SQL (see ``Catalog.add_function``).
 
     vectorized: fn(*pa.Array) -> array-like of length n; otherwise fn(*values) -> value,
-    called per row. Sync functions run in a worker thread, async ones are awaited.
+    called per row. Sync functions run in worker threads, async ones are awaited.
+    max_concurrency: calls in flight (async) or worker threads (sync) per query; timeout:
+    seconds per attempt (None: no limit); retries: further attempts of a failed call,
+    ``backoff * 2**k`` seconds apart; cache: a per-row function is called once per distinct
+    argument tuple per query (False: once per row). ``calls`` is the query's
+    :class:`~eddies.router.udf_calls.FunctionCalls` (see :meth:`for_query`).
     """
 
     name: str
     fn: Callable[..., Any]
     vectorized: bool = True
     return_type: pa.DataType = field(default_factory=pa.bool_)
+    max_concurrency: int | None = None
+    timeout: float | None = None
+    retries: int = 0
+    backoff: float = DEFAULT_UDF_BACKOFF
+    cache: bool = True
+    calls: FunctionCalls | None = field(default=None, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        if self.max_concurrency is None:
+            self.max_concurrency = DEFAULT_ASYNC_CONCURRENCY if self.is_async else DEFAULT_THREADS
 
     @property
     def is_async(self) -> bool:
         return inspect.iscoroutinefunction(self.fn)
+
+    def for_query(self, registry: dict[str, UdfStats] | None = None) -> FunctionSpec:
+        """A copy with a fresh table of calls: its concurrency limit, cache and stats are
+        one query's (``registry`` collects the stats of functions the query calls)."""
+        spec = dataclasses.replace(self, calls=None)
+        spec.calls = FunctionCalls(spec, registry)
+        return spec
+
+    def __getstate__(self) -> dict:  # the table of calls holds trio objects
+        return {**self.__dict__, "calls": None}
 
 
 @dataclass(eq=False)
@@ -124,7 +178,7 @@ class UdfCall(Expr):
             arr = result if isinstance(result, pa.Array) else pa.array(result)
             if arr.type != self.spec.return_type:
                 arr = arr.cast(self.spec.return_type)
-        except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, ValueError) as exc:
+        except (pa.ArrowException, TypeError, ValueError, OverflowError) as exc:
             raise UdfError(
                 f"function {self.spec.name!r} in {self.sql} returned a value that is not "
                 f"an array of {self.spec.return_type}: {exc}"
@@ -135,33 +189,23 @@ class UdfCall(Expr):
             )
         return arr
 
-    def compute_sync(self, args: list[Any], n: int) -> pa.Array:
-        spec = self.spec
-        try:
-            if spec.vectorized:
-                result = spec.fn(*args)
-            else:
-                columns = [_as_pylist(a, n) for a in args]
-                result = (
-                    [spec.fn(*row) for row in zip(*columns, strict=True)]
-                    if columns
-                    else [spec.fn() for _ in range(n)]
-                )
-        except Exception as exc:  # the user's function failed: name it
-            raise UdfError(f"function {spec.name!r} failed in {self.sql}: {exc!r}") from exc
+    async def compute(self, args: list[Any], n: int) -> pa.Array:
+        """The call's values for ``n`` rows (``args``: arrays or scalars), through the
+        query's table of calls: concurrent, de-duplicated, timed out and retried (see
+        :mod:`eddies.router.udf_calls`). Raises UdfError."""
+        calls = self.spec.calls or FunctionCalls(self.spec)  # outside a planned query
+        if self.spec.vectorized:
+            result = await calls.call_vectorized(args, self.sql)
+        else:
+            columns = [_as_pylist(a, n) for a in args]
+            result = await calls.call_per_row(columns, n, self.sql)
         return self._to_array(result, n)
 
-    async def compute_async(self, args: list[Any], n: int) -> pa.Array:
-        spec = self.spec
-        try:
-            if spec.vectorized:
-                result = await spec.fn(*args)
-            else:
-                columns = [_as_pylist(a, n) for a in args]
-                result = [await spec.fn(*row) for row in zip(*columns, strict=True)]
-        except Exception as exc:
-            raise UdfError(f"function {spec.name!r} failed in {self.sql}: {exc!r}") from exc
-        return self._to_array(result, n)
+
+def _reason(exc: BaseException) -> str:
+    """The first line of a library error, without pyarrow's source-file prefixes."""
+    text = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+    return text.split(": ", 1)[1] if text.startswith("/") and ": " in text else text
 
 
 def _as_pylist(value: Any, n: int) -> list[Any]:
@@ -187,18 +231,16 @@ def evaluate(expr: Expr, env: Env, n: int) -> pa.Array:
 async def evaluate_async(expr: Expr, env: Env, n: int) -> pa.Array:
     """Evaluate with UDFs: each UDF call (innermost first) is computed, then bound into env.
 
-    Sync UDFs run in a worker thread (``trio.to_thread``) so an expensive predicate does
-    not stall the eddy; async ones are awaited on the trio thread.
+    Sync UDFs run in worker threads so an expensive predicate does not stall the eddy,
+    and are abandoned (left to finish unobserved) when the query is cancelled; async ones
+    are awaited on the trio thread, a per-row one many calls at once.
     """
     calls = expr.udf_calls()
     if calls:
         env = dict(env)
         for call in reversed(calls):  # post-order: arguments' UDFs first
             args = [a.eval(env, n) for a in call.args]
-            if call.spec.is_async:
-                env[call] = await call.compute_async(args, n)
-            else:
-                env[call] = await trio.to_thread.run_sync(call.compute_sync, args, n)
+            env[call] = await call.compute(args, n)
     return evaluate(expr, env, n)
 
 
@@ -215,10 +257,13 @@ def check_types(expr: Expr, types: Mapping[Any, pa.DataType], where: Any) -> pa.
         env[call] = pa.array([], type=call.spec.return_type)
     try:
         return evaluate(expr, env, 0).type
-    except (pa.ArrowNotImplementedError, pa.ArrowTypeError, pa.ArrowInvalid, TypeError) as exc:
-        reason = str(exc).splitlines()[0]
+    except ExpressionError as exc:
+        cause = exc.__cause__ if exc.__cause__ is not None else exc
         place = where if isinstance(where, str) else describe(where)
-        raise QueryTypeError(f"type error in {place}: {reason}") from exc
+        raise QueryTypeError(f"type error in {place}: {_reason(cause)}") from exc
+    except KERNEL_ERRORS as exc:
+        place = where if isinstance(where, str) else describe(where)
+        raise QueryTypeError(f"type error in {place}: {_reason(exc)}") from exc
 
 
 def mask_of(values: pa.Array) -> np.ndarray:

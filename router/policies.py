@@ -42,7 +42,7 @@ from eddies.engine.errors import EddiesError
 from eddies.router.access_choice import AccessChooser
 from eddies.router.estimates import Estimates
 from eddies.router.messages import Returned
-from eddies.router.routing_table import Destination, RouteEntry
+from eddies.router.routing_table import Destination, DestinationKind, RouteEntry
 from eddies.router.tuple_batch import Signature
 
 POLICIES = ("static", "random", "naive", "lottery", "lottery-window", "rank", "bandit")
@@ -67,9 +67,11 @@ class RoutingPolicy:
         self.in_flight_at: dict[Signature, int] = {}  # ... per signature
         capacity = {d.id: d.max_batch for d in destinations if d.max_batch is not None}
         self.access = AccessChooser(rng, capacity=capacity)
-        probes = {d.target_alias: d.id for d in destinations if d.kind == "probe"}
+        probes = {d.target_alias: d.id for d in destinations if d.kind is DestinationKind.PROBE}
         # An index AM's answers also count for the SteM probe that sent it prior probers.
-        self.credit_to = {d.id: probes[d.target_alias] for d in destinations if d.kind == "lookup"}
+        self.credit_to = {
+            d.id: probes[d.target_alias] for d in destinations if d.kind is DestinationKind.LOOKUP
+        }
 
     def choose(
         self, entry: RouteEntry, n: int, has_room: HasRoom, signature: Signature | None = None
@@ -91,25 +93,34 @@ class RoutingPolicy:
             self.in_flight_at[signature] = self.in_flight_at.get(signature, 0) + 1
 
     def observe(self, message: Returned, now: float) -> None:
-        """Book a module's answer in :attr:`estimates` (``now``: ``time.perf_counter()``)."""
+        """Book a module's answer in :attr:`estimates` (``now``: ``time.perf_counter()``).
+
+        A Work's partial answers, and the answers of its continuations (a SteM probe
+        stopped at its output bound, :attr:`Returned.rest`), are summed and booked as one
+        observation when the last of them arrives; until then the Work is in flight."""
         work = message.work
         returned = sum(len(b) for b in message.outputs)
-        if not message.final:
-            if work is not None:
-                self.estimates.add_partial(work, returned)
+        origin = None if work is None else (work.origin or work)
+        if not message.final or message.rest is not None:
+            if origin is not None:
+                self.estimates.add_partial(
+                    origin, returned, message.tuples_in, message.busy_seconds
+                )
             return
         self.works_in_flight -= 1
-        if work is None:
+        if origin is None:
             return
-        sig = work.batch.signature
+        sig = origin.batch.signature
         left = self.in_flight_at.get(sig, 0) - 1
         if left > 0:
             self.in_flight_at[sig] = left
         else:
             self.in_flight_at.pop(sig, None)
-        latency = now - work.routed_at if work.routed_at else 0.0
-        returned += self.estimates.pop_partial(work)
-        n, seconds = message.tuples_in, message.busy_seconds
+        latency = now - origin.routed_at if origin.routed_at else 0.0
+        out, n, seconds = self.estimates.pop_partial(origin)
+        returned += out
+        n += message.tuples_in
+        seconds += message.busy_seconds
         drift = self.estimates.observe(sig, message.destination, n, returned, seconds, latency)
         self.on_observed(sig, message.destination, n, returned, seconds, drift)
 
@@ -282,11 +293,8 @@ def make_policy(
     window: float | None = None,
 ) -> RoutingPolicy:
     """Build a policy by name (one of :data:`POLICIES`); EddiesError for a bad name/option."""
+    check_policy_options(name, order, window)
     rng = np.random.default_rng(seed)
-    if order is not None and name != "static":
-        raise EddiesError(f"'order' applies to policy='static' only, not {name!r}")
-    if window is not None and name != "lottery-window":
-        raise EddiesError(f"'window' applies to policy='lottery-window' only, not {name!r}")
     if name == "static":
         return StaticPolicy(destinations, rng, order)
     if name == "random":
@@ -301,4 +309,16 @@ def make_policy(
         from eddies.router.learning import BanditPolicy, RankPolicy  # imports this module
 
         return (RankPolicy if name == "rank" else BanditPolicy)(destinations, rng)
-    raise EddiesError(f"unknown routing policy {name!r}; choose one of {', '.join(POLICIES)}")
+    raise AssertionError(name)  # pragma: no cover - check_policy_options knows POLICIES
+
+
+def check_policy_options(name: str, order: Sequence[str] | None, window: float | None) -> None:
+    """EddiesError unless ``name`` is one of :data:`POLICIES` and ``order``/``window`` are
+    given only to the policy that uses them: checked by the engine's RunOptions at the API
+    edge, and by :func:`make_policy` for its own callers."""
+    if name not in POLICIES:
+        raise EddiesError(f"unknown routing policy {name!r}; choose one of {', '.join(POLICIES)}")
+    if order is not None and name != "static":
+        raise EddiesError(f"'order' applies to policy='static' only, not {name!r}")
+    if window is not None and name != "lottery-window":
+        raise EddiesError(f"'window' applies to policy='lottery-window' only, not {name!r}")

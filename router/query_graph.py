@@ -10,6 +10,7 @@ sides through other edges (cyclic queries), as an SM over composite tuples.
 
 from __future__ import annotations
 
+import enum
 from dataclasses import dataclass, field
 
 from eddies.router.expressions import Expr
@@ -60,6 +61,13 @@ class Predicate:
         return 1 << self.index
 
 
+class AccessKind(enum.Enum):
+    """How an AM reaches its table: a scan delivers every row, an index looks rows up."""
+
+    SCAN = "scan"
+    INDEX = "index"
+
+
 @dataclass(frozen=True)
 class AccessInfo:
     """One access method (AM) of a table: a scan, or an index lookup by ``on`` columns.
@@ -70,7 +78,7 @@ class AccessInfo:
     id: int
     name: str
     table: str
-    kind: str  # "scan" | "index"
+    kind: AccessKind
     on: tuple[str, ...] = ()
     max_concurrency: int = 1  # index AMs: lookups in flight at once
 
@@ -86,16 +94,16 @@ class QueryGraph:
     unbuilt: set[str] = field(default_factory=set)  # relaxed BuildFirst (§3.5)
 
     def scans_of(self, table: str) -> list[AccessInfo]:
-        return [a for a in self.access if a.table == table and a.kind == "scan"]
+        return [a for a in self.access if a.table == table and a.kind is AccessKind.SCAN]
 
     def indexes_of(self, table: str) -> list[AccessInfo]:
-        return [a for a in self.access if a.table == table and a.kind == "index"]
+        return [a for a in self.access if a.table == table and a.kind is AccessKind.INDEX]
 
     def has_scan(self, table: str) -> bool:
-        return any(a.table == table and a.kind == "scan" for a in self.access)
+        return any(a.table == table and a.kind is AccessKind.SCAN for a in self.access)
 
     def has_index(self, table: str) -> bool:
-        return any(a.table == table and a.kind == "index" for a in self.access)
+        return any(a.table == table and a.kind is AccessKind.INDEX for a in self.access)
 
     def deduplicates(self, table: str) -> bool:
         """Several AMs: a row may arrive twice and is removed at the build (§3.2)."""

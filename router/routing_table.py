@@ -33,10 +33,21 @@ and an access chooser picks the module. AMs that failed are left out (failover).
 
 from __future__ import annotations
 
+import enum
 from dataclasses import dataclass, field
 
 from eddies.router.query_graph import QueryGraph
 from eddies.router.tuple_batch import Signature
+
+
+class DestinationKind(enum.Enum):
+    """What a destination does (its ``value`` is the label shown in statistics)."""
+
+    BUILD = "build"  # insert singletons into their table's SteM
+    PROBE = "probe"  # probe the SteM of a target alias
+    LOOKUP = "lookup"  # look the target alias up in an index AM
+    SM = "sm"  # a selection module: one predicate
+    OUTPUT = "output"  # complete tuples leave the eddy
 
 
 @dataclass(frozen=True)
@@ -51,7 +62,7 @@ class Destination:
 
     id: int
     name: str
-    kind: str  # "build" | "probe" | "lookup" | "sm" | "output"
+    kind: DestinationKind
     module: str
     table: str | None = None
     target_alias: int | None = None
@@ -93,13 +104,17 @@ class RoutingTable:
     def __init__(self, graph: QueryGraph, destinations: list[Destination]) -> None:
         self.graph = graph
         self.destinations = destinations
-        self._build = {d.table: d.id for d in destinations if d.kind == "build"}
-        self._probe = {d.target_alias: d.id for d in destinations if d.kind == "probe"}
-        self._sm = {d.predicate: d.id for d in destinations if d.kind == "sm"}
-        self._lookup = {
-            (d.access, d.target_alias): d.id for d in destinations if d.kind == "lookup"
+        self._build = {d.table: d.id for d in destinations if d.kind is DestinationKind.BUILD}
+        self._probe = {
+            d.target_alias: d.id for d in destinations if d.kind is DestinationKind.PROBE
         }
-        self.output = next(d.id for d in destinations if d.kind == "output")
+        self._sm = {d.predicate: d.id for d in destinations if d.kind is DestinationKind.SM}
+        self._lookup = {
+            (d.access, d.target_alias): d.id
+            for d in destinations
+            if d.kind is DestinationKind.LOOKUP
+        }
+        self.output = next(d.id for d in destinations if d.kind is DestinationKind.OUTPUT)
         self.failed: set[int] = set()  # ids of AMs that failed
         self.scanless: set[str] = set()  # tables whose every scan failed (lookups remain)
         self._entries: dict[Signature, RouteEntry] = {}

@@ -17,6 +17,7 @@ import pyarrow as pa
 from eddies.router.estimates import Estimates
 from eddies.router.query_graph import QueryGraph
 from eddies.router.routing_table import Destination
+from eddies.router.udf_calls import UdfStats
 
 
 @dataclass
@@ -72,10 +73,15 @@ class RunStats:
     rows_out: int = 0
     failures: list[str] = field(default_factory=list)  # errors of AMs that failed
     lookups: dict[str, LookupStats] = field(default_factory=dict)  # per index AM
+    # Per UDF the query called: calls, cache hits, retries, seconds (Plan.udf_stats).
+    functions: dict[str, UdfStats] = field(default_factory=dict)
     # Per stream table, its eddies.modules.window.StreamClock (late and evicted rows).
     windows: dict[str, Any] = field(default_factory=dict)
     # Observed costs and selectivities (eddies.router.estimates.Estimates), set by the eddy.
     estimates: Estimates | None = None
+    # Most tuples the eddy held at once in its priority buffer and waiting for full queues
+    # (intermediate results between modules; see eddies.router.eddy, bounded backlog).
+    peak_buffered_tuples: int = 0
     _time: array.array = field(default_factory=lambda: array.array("d"))
     _span: array.array = field(default_factory=lambda: array.array("q"))
     _done: array.array = field(default_factory=lambda: array.array("q"))
@@ -86,7 +92,7 @@ class RunStats:
 
     def __post_init__(self) -> None:
         for d in self.destinations:
-            self.modules[d.name] = ModuleStats(d.name, d.kind)
+            self.modules[d.name] = ModuleStats(d.name, d.kind.value)
 
     def module(self, name: str, kind: str) -> ModuleStats:
         found = self.modules.get(name)
@@ -187,6 +193,13 @@ class RunStats:
                 lines.append(
                     f"  {s.name}: {s.lookups} lookups, {s.retries} retries, {s.skipped} "
                     f"skipped, {s.rows} rows, {s.seconds:.2f} s"
+                )
+        if self.functions:
+            lines += ["", "functions: calls, cache hits, retries; seconds in calls, waited for"]
+            for f in self.functions.values():
+                lines.append(
+                    f"  {f.name}: {f.calls} calls, {f.cache_hits} cache hits, {f.retries} "
+                    f"retries, {f.call_seconds:.3f} s in calls, {f.waited_seconds:.3f} s waited"
                 )
         if self.failures:
             lines += ["", "access methods that failed (the eddy failed over):"]

@@ -9,10 +9,12 @@ shape delivery for experiments on slow or bursty sources.
 
 from __future__ import annotations
 
+import math
 import os
 import pathlib
 from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
+from numbers import Integral, Real
 from typing import Any
 
 import pyarrow as pa
@@ -22,8 +24,24 @@ import pyarrow.parquet as pq
 from eddies.engine.errors import DataSourceError
 from eddies.sources.table_store import TableStore
 
+#: Longest wait (seconds) a 429's ``Retry-After`` may impose on one retry (a scan page or a
+#: lookup): a query would rather fail than stall for minutes behind a throttled server.
+RETRY_AFTER_CAP = 5.0
+
 #: Empty CSV fields are NULL in every column, as in DuckDB's read_csv.
 CSV_CONVERT = pacsv.ConvertOptions(strings_can_be_null=True)
+
+
+class Throttled(DataSourceError):
+    """A source asks to be asked again later (HTTP 429): back-pressure, not a failure.
+
+    Raised by a lookup function; ``retry_after`` is the wait in seconds the source asked
+    for (0: none given). The index AM waits and retries without counting a failure.
+    """
+
+    def __init__(self, message: str, retry_after: float = 0.0) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
 
 
 @dataclass
@@ -92,12 +110,14 @@ def conform(data: Any, schema: pa.Schema, where: str, *, rows_ok: bool = False) 
     """``data`` as a pyarrow Table in ``schema`` (its columns selected in order and cast).
 
     Accepts a Table, a RecordBatch, a pandas DataFrame and, with ``rows_ok``, a list of
-    dicts. Raises DataSourceError that starts with ``where`` (e.g. "lookup of 'planes_am'")
-    and names what is wrong: the type, missing columns, or values that do not cast.
+    dicts, each with every column of ``schema`` (see :func:`check_row_keys`). Raises
+    DataSourceError that starts with ``where`` (e.g. "lookup of 'planes_am'") and names
+    what is wrong: the type, missing columns, or values that do not cast.
     """
     if isinstance(data, pa.RecordBatch):
         data = pa.Table.from_batches([data])
     elif rows_ok and isinstance(data, list):
+        check_row_keys(data, schema.names, where)
         try:
             data = pa.Table.from_pylist(data, schema=schema)
         except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError) as exc:
@@ -123,6 +143,25 @@ def conform(data: Any, schema: pa.Schema, where: str, *, rows_ok: bool = False) 
         raise DataSourceError(f"{where}: columns of the wrong type: {exc}") from exc
 
 
+def check_row_keys(rows: list, names: list[str], where: str) -> None:
+    """Raise DataSourceError (starting with ``where``) unless every row is a dict holding
+    every column of ``names``. A row dict is held to what a Table is: a missing (or
+    misspelt) column is an error naming the missing and the unexpected keys, never a
+    column of NULLs; NULL is an explicit ``None``. Extra keys alone are ignored, as a
+    Table's extra columns are."""
+    wanted = set(names)
+    for i, row in enumerate(rows):
+        if not isinstance(row, dict):
+            raise DataSourceError(f"{where}: row {i} is a {type(row).__name__}, not a dict")
+        if not wanted <= row.keys():
+            missing = [n for n in names if n not in row]
+            unexpected = [k for k in row if k not in wanted]
+            also = f" and has unexpected keys {unexpected}" if unexpected else ""
+            raise DataSourceError(
+                f"{where}: row {i} lacks columns {missing}{also}; the columns are {names}"
+            )
+
+
 def _plain_table(table: pa.Table) -> pa.Table:
     schema = plain_schema(table.schema)
     return table if schema == table.schema else table.cast(schema)
@@ -130,6 +169,11 @@ def _plain_table(table: pa.Table) -> pa.Table:
 
 def _is_parquet(path: pathlib.Path) -> bool:
     return path.suffix.lower() in (".parquet", ".pq")
+
+
+def _number(value: Any) -> bool:
+    """A finite real number that is not a bool."""
+    return isinstance(value, Real) and not isinstance(value, bool) and math.isfinite(value)
 
 
 def make_source(
@@ -141,12 +185,16 @@ def make_source(
     delay: float = 0.0,
 ) -> TableSource:
     """Normalize ``data`` into a :class:`TableSource`; DataSourceError if it cannot be used."""
-    if rate is not None and not rate > 0:
-        raise DataSourceError(f"table {name!r}: rate must be > 0 rows/second, got {rate}")
-    if delay < 0:
-        raise DataSourceError(f"table {name!r}: delay must be >= 0 seconds, got {delay}")
-    if batch_size is not None and batch_size < 1:
-        raise DataSourceError(f"table {name!r}: batch_size must be >= 1, got {batch_size}")
+    if rate is not None and not (_number(rate) and rate > 0):
+        raise DataSourceError(f"table {name!r}: rate must be > 0 rows/second, got {rate!r}")
+    if not (_number(delay) and delay >= 0):
+        raise DataSourceError(f"table {name!r}: delay must be >= 0 seconds, got {delay!r}")
+    if batch_size is not None and not (
+        isinstance(batch_size, Integral) and not isinstance(batch_size, bool) and batch_size >= 1
+    ):
+        raise DataSourceError(
+            f"table {name!r}: batch_size must be a positive integer, got {batch_size!r}"
+        )
     options = {"batch_size": batch_size, "rate": rate, "delay": delay}
     if isinstance(data, pa.RecordBatch):
         data = pa.Table.from_batches([data])
@@ -158,7 +206,8 @@ def make_source(
     if _is_pandas(data):
         try:
             table = pa.Table.from_pandas(data, preserve_index=False)
-        except (pa.ArrowInvalid, pa.ArrowTypeError) as exc:
+        except (pa.ArrowInvalid, pa.ArrowTypeError, ValueError) as exc:  # ValueError: a
+            # duplicate column name
             raise DataSourceError(f"table {name!r}: cannot convert the DataFrame: {exc}") from exc
         table = _plain_table(table)
         return TableSource(name, table.schema, table=table, **options)

@@ -84,6 +84,10 @@ FAULT_SETTINGS: dict[str, tuple[float, float, bool]] = {
 ANY = "*"
 #: Default and largest ``limit`` of a rows page.
 DEFAULT_PAGE, MAX_PAGE = 1000, 1_000_000
+#: Default byte budget of one rows page: a page holds at most ``limit`` rows *and* at most
+#: this many body bytes (one row alone may exceed it), so a wide table cannot make a page
+#: of hundreds of MiB (a JSON page of 100k flights rows is ~96 MiB).
+DEFAULT_PAGE_BYTES = 4 * 2**20
 #: ASGI scope extension through which :func:`serve` lets the app drop a connection.
 DROP_EXTENSION = "eddies.drop_connection"
 
@@ -155,7 +159,9 @@ class DemoServerConfig:
     ``endpoint``, then ``*``. A rate limit is one token bucket per key it is set on
     (``lookup=10``: all tables' lookups share 10 per second). ``fail_after`` (seconds
     since the server started) makes every request fail with 503 from then on. ``seed``
-    seeds the fault draws (``None``: fresh randomness).
+    seeds the fault draws (``None``: fresh randomness). ``max_page_bytes`` is the byte
+    budget of one rows page (see :data:`DEFAULT_PAGE_BYTES`): pages are cut by bytes as
+    well as by rows, and ``X-Next-Offset`` says where the next one starts.
 
     Raises :class:`DemoServerError` for an unknown key or setting or an out-of-range value.
     """
@@ -163,6 +169,7 @@ class DemoServerConfig:
     faults: dict[str, dict[str, float]] = field(default_factory=dict)
     fail_after: float | None = None
     seed: int | None = None
+    max_page_bytes: int = DEFAULT_PAGE_BYTES
 
     def __post_init__(self) -> None:
         checked: dict[str, dict[str, float]] = {}
@@ -170,6 +177,12 @@ class DemoServerConfig:
             _check_key(key)
             checked[key] = {name: _check_value(name, v, key) for name, v in settings.items()}
         self.faults = checked
+        if isinstance(self.max_page_bytes, bool) or not (
+            isinstance(self.max_page_bytes, int) and self.max_page_bytes >= 1
+        ):
+            raise DemoServerError(
+                f"max_page_bytes must be a positive integer, not {self.max_page_bytes!r}"
+            )
         if self.fail_after is not None and not (self.fail_after >= 0):
             raise DemoServerError(f"fail_after must be at least 0 seconds, not {self.fail_after}")
 
@@ -518,8 +531,17 @@ class DemoApp:
         if params:
             raise _BadRequest(f"unknown parameters {sorted(params)}; use offset, limit, format")
         page = table.slice(offset, limit)
-        following = offset + limit if offset + limit < table.num_rows else None
-        return self._encode(page, fmt, paged=True, next_offset=following)
+        budget = self.config.max_page_bytes
+        if page.num_rows > 1 and page.nbytes > budget:  # Arrow's size: a lower bound
+            page = page.slice(0, max(1, page.num_rows * budget // page.nbytes))
+        while True:
+            rows = page.num_rows
+            following = offset + rows if offset + rows < table.num_rows else None
+            answer = self._encode(page, fmt, paged=True, next_offset=following)
+            if len(answer.body) <= budget or rows <= 1:
+                return answer
+            # Over budget (JSON outgrows Arrow): shrink in proportion, at least by half.
+            page = page.slice(0, max(1, min(rows // 2, rows * budget // len(answer.body))))
 
     def _lookup(self, name: str, params: dict[str, str]) -> _Answer:
         table = self.tables[name]

@@ -43,6 +43,7 @@ class StreamTable:
         self._taken: set[Hashable] = set()
         self._closed = False
         self._ended = False  # the query reading it has ended: pushes fail at once
+        self._error: BaseException | None = None  # ... with this error, if it failed
         self.rows_taken = 0
         self.batches_ignored = 0
         # Set while the scan AM waits for the next batch: everything pushed before has
@@ -50,6 +51,12 @@ class StreamTable:
         self.waiting = False
         self.drained = False  # the scan AM has read the end of the stream
         self.on_wait: Callable[[], None] | None = None
+
+    @property
+    def claimed(self) -> bool:
+        """True once a query reads this stream (or its query has ended)."""
+        with self._lock:
+            return self._send is not None or self._ended
 
     async def pages(self) -> AsyncIterator[pa.RecordBatch]:
         """The scan AM's side: yields pushed batches until :meth:`close` (trio only)."""
@@ -98,7 +105,9 @@ class StreamTable:
         batch_id: the micro-batch's id (e.g. Spark's ``batch_id``); a batch whose id was
         taken before is ignored and False returned. Raises DataSourceError when the data
         does not fit the schema, the stream is closed, or no query reads it within
-        ``start_timeout`` seconds. Must not be called from the query's own trio thread.
+        ``start_timeout`` seconds; raises the query's own error, at once, when the query
+        that reads it failed (also when it failed to start: see :meth:`query_failed`).
+        Must not be called from the query's own trio thread.
         """
         table = conform(data, self.schema, f"stream {self.name!r}: a pushed batch")
         if batch_id is not None and batch_id in self._taken:
@@ -109,6 +118,8 @@ class StreamTable:
                 f"stream {self.name!r}: no query read it within {start_timeout} s"
             )
         with self._lock:
+            if self._error is not None:
+                raise self._error
             if self._closed:
                 raise DataSourceError(f"stream {self.name!r} is closed")
             if self._ended:
@@ -120,6 +131,8 @@ class StreamTable:
             try:
                 trio.from_thread.run(self._hand_over, send, batch, trio_token=token)
             except (trio.BrokenResourceError, trio.ClosedResourceError, trio.RunFinishedError):
+                if self._error is not None:
+                    raise self._error from None
                 raise DataSourceError(f"stream {self.name!r}: its query has ended") from None
         if batch_id is not None:
             self._taken.add(batch_id)
@@ -131,6 +144,14 @@ class StreamTable:
         waiting for it, or any later push, fails at once instead of waiting."""
         with self._lock:
             self._ended = True
+        self._open.set()
+
+    def query_failed(self, error: BaseException) -> None:
+        """The query that reads (or was to read) this stream failed with ``error``, maybe
+        before it started: a push waiting for it, and every later push, raises ``error``."""
+        with self._lock:
+            self._ended = True
+            self._error = error
         self._open.set()
 
     async def _hand_over(self, send: trio.MemorySendChannel, batch: pa.RecordBatch) -> None:

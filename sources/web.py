@@ -25,6 +25,7 @@ import base64
 import datetime as dt
 import decimal
 import random
+import time
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from typing import Any
@@ -37,15 +38,18 @@ import pyarrow.compute as pc
 import trio
 
 from eddies.engine.errors import DataSourceError
+from eddies.sources.arrow_source import RETRY_AFTER_CAP, Throttled, check_row_keys
 
 __all__ = [
     "ARROW_STREAM",
     "FORMATS",
+    "MAX_RESPONSE_BYTES",
     "NEXT_OFFSET",
     "RETRY_AFTER_CAP",
     "WebSession",
     "WebSourceError",
     "WebTable",
+    "WebThrottled",
     "decode_json_rows",
     "encode_json_rows",
 ]
@@ -56,9 +60,9 @@ ARROW_STREAM = "application/vnd.apache.arrow.stream"
 NEXT_OFFSET = "X-Next-Offset"
 #: Body formats of the rows and lookup endpoints.
 FORMATS = ("arrow", "json")
-#: Longest wait (seconds) a 429's ``Retry-After`` may impose on one retry of a scan page:
-#: a query would rather fail than stall for minutes behind a throttled server.
-RETRY_AFTER_CAP = 5.0
+#: Default cap on one answer's (decoded) body: beyond it the client stops reading and the
+#: request fails, so a runaway answer cannot take the client's memory.
+MAX_RESPONSE_BYTES = 64 * 2**20
 
 # Keep-alive connections per AsyncClient: the engine may run many probes at once.
 _LIMITS = httpx.Limits(max_connections=128, max_keepalive_connections=128)
@@ -69,6 +73,11 @@ class WebSourceError(DataSourceError):
 
     The message names the URL and the table (and, for scans, the page offset).
     """
+
+
+class WebThrottled(WebSourceError, Throttled):
+    """The server answered 429 (Too Many Requests) to a lookup: back-pressure, not a
+    failure; ``retry_after`` holds its ``Retry-After`` in seconds (0 if it sent none)."""
 
 
 # --------------------------------------------------------------------------------------
@@ -129,9 +138,12 @@ def _from_wire(column: pa.ChunkedArray, type_: pa.DataType) -> pa.ChunkedArray:
 def decode_json_rows(rows: list[dict[str, Any]], schema: pa.Schema) -> pa.Table:
     """JSON rows (as :func:`encode_json_rows` writes them) back into a table of ``schema``.
 
-    Missing keys become NULL, unknown keys are ignored. Raises ``pa.ArrowInvalid`` /
-    ``pa.ArrowTypeError`` when a value does not fit its column's type.
+    Every row must hold every column (NULL is an explicit ``null``): a missing or misspelt
+    key raises DataSourceError naming it, never a column of NULLs; unknown keys alone are
+    ignored. Raises ``pa.ArrowInvalid`` / ``pa.ArrowTypeError`` when a value does not fit
+    its column's type.
     """
+    check_row_keys(rows, schema.names, "JSON rows")
     wire = pa.schema([field.with_type(_wire_type(field.type)) for field in schema])
     table = pa.Table.from_pylist(rows, schema=wire)
     columns = [_from_wire(table.column(i), field.type) for i, field in enumerate(schema)]
@@ -200,9 +212,10 @@ def _read_table(response: httpx.Response, schema: pa.Schema) -> tuple[pa.Table, 
 class _Retryable(Exception):
     """A failed attempt worth repeating; ``wait`` is a server-imposed minimum delay."""
 
-    def __init__(self, reason: str, wait: float = 0.0) -> None:
+    def __init__(self, reason: str, wait: float = 0.0, *, throttled: bool = False) -> None:
         super().__init__(reason)
         self.wait = wait
+        self.throttled = throttled  # a 429
 
 
 # --------------------------------------------------------------------------------------
@@ -216,9 +229,13 @@ class WebTable:
     ``base_url`` is the server's root (``http://127.0.0.1:8080``), ``table`` the table's
     name there. ``format`` picks the body format of rows and lookups (``"arrow"``: Arrow IPC
     streams, exact and fast; ``"json"``: rows as JSON objects). ``timeout`` (seconds)
-    bounds each request; a scan page is tried ``1 + retries`` times with exponential
-    backoff (``backoff * 2**attempt`` seconds plus up to 10 % jitter); ``page_size`` is
-    the rows per scan page; ``headers`` are sent with every request.
+    bounds each request as a whole, from sending it to the last byte of the answer (a
+    server trickling its answer cannot hold a query); ``max_response_bytes`` caps one
+    answer's body: the client streams it and stops reading past the cap, failing the
+    request with a :class:`WebSourceError` naming the URL and the cap; a scan page is
+    tried ``1 + retries`` times with exponential backoff (``backoff * 2**attempt``
+    seconds plus up to 10 % jitter); ``page_size`` is the rows per scan page; ``headers``
+    are sent with every request.
 
     Raises :class:`WebSourceError` for a ``format`` other than arrow/json or a bad number.
     """
@@ -234,6 +251,7 @@ class WebTable:
         backoff: float = 0.1,
         page_size: int = 10_000,
         headers: Mapping[str, str] | None = None,
+        max_response_bytes: int = MAX_RESPONSE_BYTES,
     ) -> None:
         self.base_url = base_url.rstrip("/")
         self.table = table
@@ -245,6 +263,13 @@ class WebTable:
                 "need timeout > 0, retries >= 0, backoff >= 0 and page_size >= 1; got "
                 f"timeout={timeout}, retries={retries}, backoff={backoff}, page_size={page_size}"
             )
+        if isinstance(max_response_bytes, bool) or not (
+            isinstance(max_response_bytes, int) and max_response_bytes >= 1
+        ):
+            raise self._error(
+                f"max_response_bytes must be a positive integer, got {max_response_bytes!r}"
+            )
+        self.max_response_bytes = max_response_bytes
         self.format = format
         self.timeout = float(timeout)
         self.retries = int(retries)
@@ -287,12 +312,29 @@ class WebTable:
         """
         if self._description is not None:
             return self._description
+        deadline = time.monotonic() + self.timeout
         try:
-            with httpx.Client(timeout=self.timeout, headers=self.headers) as client:
-                response = client.get(self.url)
+            with (
+                httpx.Client(timeout=self.timeout, headers=self.headers) as client,
+                client.stream("GET", self.url) as response,
+            ):
+                body = bytearray()
+                for chunk in response.iter_bytes():
+                    self._take(body, chunk, self.url)
+                    if time.monotonic() > deadline:  # a trickle defeats the read timeout
+                        raise httpx.ReadTimeout("the whole answer took too long")
         except httpx.TransportError as exc:
             raise self._error(_transport_error(exc, self.timeout)) from exc
-        return self._parse_description(response)
+        return self._parse_description(_complete(response, body))
+
+    def _take(self, body: bytearray, chunk: bytes, url: str) -> None:
+        """Append ``chunk`` to ``body``, or fail past ``max_response_bytes``."""
+        body += chunk
+        if len(body) > self.max_response_bytes:
+            raise self._error(
+                f"the answer from {url} exceeds max_response_bytes={self.max_response_bytes}"
+                f" (read {len(body)} bytes); stopped reading"
+            )
 
     async def _describe_async(
         self, client: httpx.AsyncClient
@@ -300,7 +342,9 @@ class WebTable:
         if self._description is not None:
             return self._description
         try:
-            response = await client.get(self.url)
+            response = await _fetch(self, client, self.url, {})
+        except trio.TooSlowError:
+            raise self._error(f"timed out after {self.timeout:g} s (the whole request)") from None
         except httpx.TransportError as exc:
             raise self._error(_transport_error(exc, self.timeout)) from exc
         return self._parse_description(response)
@@ -346,13 +390,18 @@ class WebSession:
         self._client = client
 
     async def _get(self, url: str, params: dict[str, str], *, what: str) -> httpx.Response:
-        """One GET; a 2xx response, or :class:`_Retryable` / :class:`WebSourceError`."""
+        """One GET, answered in full within the table's ``timeout``: a 2xx response, or
+        :class:`_Retryable` / :class:`WebSourceError` (past the byte cap, a 4xx)."""
         try:
-            response = await self._client.get(url, params=params)
+            response = await _fetch(self.table, self._client, url, params)
+        except trio.TooSlowError:
+            raise _Retryable(
+                f"timed out after {self.table.timeout:g} s (the whole request)"
+            ) from None
         except httpx.TransportError as exc:
             raise _Retryable(_transport_error(exc, self.table.timeout)) from exc
         if response.status_code == 429:
-            raise _Retryable(_server_error(response), _retry_after(response))
+            raise _Retryable(_server_error(response), _retry_after(response), throttled=True)
         if response.status_code >= 500:
             raise _Retryable(_server_error(response))
         if response.status_code >= 400:
@@ -364,9 +413,10 @@ class WebSession:
         a ``pa.Table`` in the table's schema; empty if none match.
 
         One attempt, no retries. A ``None`` value matches nothing (NULL never joins), so
-        no request is made. Raises :class:`WebSourceError` on a timeout, a connection
-        error or drop, an HTTP error (its status and the server's message), a value that
-        cannot be sent, or a malformed answer.
+        no request is made. Raises :class:`WebThrottled` on a 429 (with its ``Retry-After``),
+        :class:`WebSourceError` on a timeout, a connection error or drop, an HTTP error
+        (its status and the server's message), a value that cannot be sent, an answer
+        past ``max_response_bytes``, or a malformed answer.
         """
         if not bind:
             raise self.table._error("lookup needs at least one column value")
@@ -381,6 +431,9 @@ class WebSession:
         try:
             response = await self._get(f"{self.table.url}/lookup", params, what=what)
         except _Retryable as exc:
+            if exc.throttled:
+                message = self.table._error(f"{what}: {exc}")
+                raise WebThrottled(str(message), exc.wait) from exc
             raise self.table._error(f"{what}: {exc}") from exc
         try:
             return _read_table(response, self.schema)[0]
@@ -422,6 +475,29 @@ class WebSession:
         while next_offset is not None:
             page, next_offset = await self._page(next_offset)
             yield page
+
+
+async def _fetch(
+    table: WebTable, client: httpx.AsyncClient, url: str, params: Mapping[str, str]
+) -> httpx.Response:
+    """GET ``url`` and read the whole answer within ``table.timeout`` seconds (else
+    ``trio.TooSlowError``: httpx's timeouts bound each read, which a trickle defeats),
+    streaming the body and stopping past ``table.max_response_bytes``
+    (:class:`WebSourceError`). Returns the response with its body read."""
+    with trio.fail_after(table.timeout):
+        async with client.stream("GET", url, params=params) as response:
+            body = bytearray()
+            async for chunk in response.aiter_bytes():
+                table._take(body, chunk, str(response.url))
+    return _complete(response, body)
+
+
+def _complete(response: httpx.Response, body: bytearray) -> httpx.Response:
+    """A streamed ``response`` as an ordinary one holding ``body`` (already decoded)."""
+    headers = [(k, v) for k, v in response.headers.items() if k.lower() != "content-encoding"]
+    return httpx.Response(
+        response.status_code, headers=headers, content=bytes(body), request=response.request
+    )
 
 
 def _retry_after(response: httpx.Response) -> float:

@@ -24,10 +24,10 @@ from dataclasses import dataclass, field
 
 import pyarrow as pa
 import pytest
-from conftest import assert_same_bag, assert_same_ordered, duckdb_table, make_catalog
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.internal.conjecture import engine as _hypothesis_engine
+from oracle import assert_same_bag, assert_same_ordered, duckdb_table, make_catalog
 
 from eddies.engine import POLICIES, execute, explain
 from eddies.router.learning import LEARNING_POLICIES
@@ -408,6 +408,7 @@ def run_everywhere(sc: Scenario) -> None:
             )
 
 
+@pytest.mark.slow  # 6 to 31 s each (about 75 s together)
 @pytest.mark.parametrize("n_refs", [1, 2, 3, 4])
 @settings(max_examples=MAX_EXAMPLES, deadline=None, report_multiple_bugs=False)
 @given(data=st.data())

@@ -13,7 +13,7 @@ import re
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from conftest import make_catalog
+from oracle import make_catalog
 
 from eddies.engine import Catalog, EddiesError, execute, explain, run_query
 from eddies.engine.errors import (

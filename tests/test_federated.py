@@ -4,59 +4,29 @@ Each demo server runs in its own thread with its own trio loop (``add_web_table`
 schemas synchronously, and the query runs ``trio.run`` in the test's thread), so the HTTP
 traffic is real. Checked against DuckDB over the same tables read locally:
 
-* a mirror that fails midway (every request 503 after ``fail_after`` seconds) leaves the
+* a mirror that fails midway (every request 503 after its fifth lookup) leaves the
   result exact, and the failure is reported in ``RunStats.failures``;
-* when every mirror has failed the query raises DataSourceError naming the table, within
-  the configured timeouts, and the process goes on (a following query works).
+* when every mirror has failed the query raises DataSourceError naming the table, without
+  waiting for any timeout, and the process goes on (a following query works).
 """
 
 from __future__ import annotations
 
-import contextlib
-import threading
-import time
-from collections.abc import Iterator
+import re
 
 import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
-import trio
-from conftest import assert_same_bag
+from oracle import assert_same_bag
+from servers import demo_server
 
 from eddies.engine import Catalog, DataSourceError, run_query
-from eddies.sources.demo_server import DemoServerConfig, open_demo_server
 from eddies.sources.nycflights import load_table
 
 SQL = (
     "SELECT f.flight, f.tailnum, p.seats, p.manufacturer FROM flights f "
     "JOIN planes p ON f.tailnum = p.tailnum WHERE f.month = 1 AND f.carrier = 'B6'"
 )
-
-
-@contextlib.contextmanager
-def demo_server(tables: dict[str, pa.Table], **faults) -> Iterator[str]:
-    """A demo server in a thread of its own, for the duration of the block; yields its URL."""
-    started = threading.Event()
-    url: list[str] = []
-    stop: list = []
-
-    async def serve() -> None:
-        config = DemoServerConfig.from_flags(**faults)
-        async with open_demo_server(tables, {"planes": ["tailnum"]}, config) as handle:
-            url.append(handle.url)
-            stop.append((trio.lowlevel.current_trio_token(), trio.Event()))
-            started.set()
-            await stop[0][1].wait()
-
-    thread = threading.Thread(target=trio.run, args=(serve,), daemon=True)
-    thread.start()
-    assert started.wait(10), "demo server did not start"
-    try:
-        yield url[0]
-    finally:
-        token, done = stop[0]
-        trio.from_thread.run_sync(done.set, trio_token=token)
-        thread.join(10)
 
 
 @pytest.fixture(scope="module")
@@ -80,7 +50,7 @@ def _catalog(data, urls: dict[str, str], **options) -> Catalog:
 def test_a_mirror_failing_midway_leaves_the_result_exact(data):
     planes = {"planes": data["planes"]}
     with (
-        demo_server(planes, latency=["0.002"], fail_after=0.3) as dying,
+        demo_server(planes, latency=["0.002"], fail_after=3600, dies_after_lookups=5) as dying,
         demo_server(planes, latency=["0.02"]) as steady,
     ):
         cat = _catalog(
@@ -110,21 +80,22 @@ def test_a_mirror_failing_midway_leaves_the_result_exact(data):
     assert "index AMs: lookups started" in run.stats.format()
 
 
-def test_all_mirrors_failing_raises_naming_the_table_within_the_timeouts(data):
+def test_all_mirrors_failing_raises_naming_the_table_without_waiting_for_timeouts(data):
+    # A 503 and a dropped connection are failures at once: the message names what each
+    # mirror answered, which is not a timeout (a 60 s one that no passing run reaches).
     planes = {"planes": data["planes"]}
     with (
         demo_server(planes, failure_rate=["1.0"]) as first,
         demo_server(planes, drop_rate=["1.0"]) as second,
     ):
-        cat = _catalog(data, {"first": first, "second": second}, timeout=1.0, retries=1)
-        started = time.perf_counter()
+        cat = _catalog(data, {"first": first, "second": second}, timeout=60.0, retries=1)
         with pytest.raises(DataSourceError) as failure:
             run_query(SQL, cat, batch_size=256)
-        elapsed = time.perf_counter() - started
     message = str(failure.value)
     assert "table 'planes'" in message and "'first'" in message and "'second'" in message
-    # Two attempts per mirror, 0.1 s backoff: far below one timeout per attempt.
-    assert elapsed < 2 * (1.0 + 0.1) + 1.0
+    assert re.search(r"'first'.*failed after 2 attempts.*HTTP 503: injected failure", message)
+    assert re.search(r"'second'.*failed after 2 attempts.*connection dropped", message)
+    assert "timed out" not in message
     # The process is fine: the next query runs.
     cat = Catalog()
     cat.add_table("flights", data["flights"])

@@ -8,7 +8,7 @@ a few aggregates and an ORDER BY ... LIMIT query run under the default policy.
 from __future__ import annotations
 
 import pytest
-from conftest import assert_same_bag, assert_same_ordered, make_catalog
+from oracle import assert_same_bag, assert_same_ordered, make_catalog
 
 from eddies.engine import POLICIES, execute
 from eddies.sources.nycflights import load_table

@@ -18,7 +18,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
 import trio
-from conftest import assert_same_bag, duckdb_table, make_catalog, table_rows
+from oracle import assert_same_bag, duckdb_table, make_catalog, table_rows
 
 from eddies.engine import (
     POLICIES,

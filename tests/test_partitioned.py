@@ -13,7 +13,7 @@ from importlib.util import find_spec
 import numpy as np
 import pyarrow as pa
 import pytest
-from conftest import assert_same_bag, assert_same_ordered, make_catalog
+from oracle import assert_same_bag, assert_same_ordered, make_catalog
 
 from eddies.engine import Catalog, DataSourceError, execute
 from eddies.engine.partitioned import analyze_partitioning

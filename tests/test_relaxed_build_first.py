@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import pyarrow as pa
 import pytest
-from conftest import assert_same_bag
 from hypothesis import given
 from hypothesis import strategies as st
+from oracle import assert_same_bag
 
 from eddies.engine import Catalog, UnsupportedQueryError, explain, run_query
 from eddies.router.policies import POLICIES
@@ -55,6 +55,7 @@ def _catalog(data: dict[str, pa.Table], unbuilt: str, rate: float | None) -> Cat
     return cat
 
 
+@pytest.mark.slow  # about 5 s
 @given(
     data=tables(),
     shape=st.sampled_from(sorted(SHAPES)),

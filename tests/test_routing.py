@@ -114,8 +114,10 @@ def test_debug_mode_catches_a_steM_that_breaks_the_timestamp_rule(monkeypatch):
     sql = "SELECT * FROM r, s WHERE r.k = s.k"
     assert execute(sql, cat, debug=True, batch_size=2).num_rows == 5 * 5 * 4
 
-    def no_timestamp_rule(self, batch, target, predicate):
-        probe_idx, pos = self._matches(batch, target, predicate)
+    def no_timestamp_rule(self, batch, target, predicate, horizon=None, keyed=None):
+        # Every stored tuple with the key, whatever its build TimeStamp (no NULL keys here).
+        index, keys, _, _ = self._probe_keys(batch, target, predicate)
+        probe_idx, pos = index.index.probe(keys)
         rows = {a: ids[probe_idx] for a, ids in batch.rows.items()}
         rows[target] = self._rows.view()[pos]
         sig = Signature(

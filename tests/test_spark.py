@@ -16,7 +16,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
-from conftest import assert_same_bag
+from oracle import assert_same_bag
 
 pytest.importorskip("pyspark", reason="pyspark is not installed (pip install -e '.[dev]')")
 if shutil.which("java") is None:  # pragma: no cover - environment

@@ -13,7 +13,7 @@ import pyarrow as pa
 import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 import pytest
-from conftest import (
+from oracle import (
     assert_same_bag,
     check_all,
     duckdb_rows,

@@ -10,6 +10,7 @@ from eddies.engine import Catalog
 from eddies.engine.planner import plan_query
 from eddies.modules.stem import BuildClock, SteM
 from eddies.router.messages import Work
+from eddies.router.routing_table import DestinationKind
 from eddies.router.tuple_batch import Signature, TupleBatch, singleton_batch
 
 
@@ -24,8 +25,8 @@ def make_stems(sql: str, tables: dict[str, pa.Table]):
     stems = {}
     for table in plan.graph.stem_tables:
         dests = [d for d in plan.destinations if d.table == table]
-        build = next(d.id for d in dests if d.kind == "build")
-        probes = {d.id: d.target_alias for d in dests if d.kind == "probe"}
+        build = next(d.id for d in dests if d.kind is DestinationKind.BUILD)
+        probes = {d.id: d.target_alias for d in dests if d.kind is DestinationKind.PROBE}
         stems[table] = SteM(
             table, plan.graph, alias_stores, clock, plan.index_kinds[table], build, probes
         )

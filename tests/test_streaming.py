@@ -9,7 +9,7 @@ import threading
 
 import pyarrow as pa
 import pytest
-from conftest import assert_same_bag
+from oracle import assert_same_bag
 
 from eddies.engine import Catalog, DataSourceError, run_query
 from eddies.engine.sinks import MemorySink

@@ -148,18 +148,37 @@ async def test_lookup_equals_filter(fmt):
 
 
 async def test_one_session_serves_many_concurrent_lookups():
-    config = DemoServerConfig(faults={"lookup": {"latency": 0.02}})
+    # The server holds every lookup until all 60 have arrived: the query can only end if
+    # the session has them all in flight at once (one after another it would hang, and
+    # fail_after turns that into a failure). Counts, not wall time, so load cannot flake it.
+    n = 60
     found: dict[int, int] = {}
-    async with _server(config) as server, WebTable(server.url, "events").session() as session:
+    in_flight = max_in_flight = 0
+    all_arrived = trio.Event()
+    async with _server() as server, WebTable(server.url, "events").session() as session:
+        faults = server.app._faults
+
+        async def held_faults(endpoint: str, table: str):
+            nonlocal in_flight, max_in_flight
+            in_flight += 1
+            max_in_flight = max(max_in_flight, in_flight)
+            if in_flight == n:
+                all_arrived.set()
+            await all_arrived.wait()
+            in_flight -= 1
+            return await faults(endpoint, table)
+
+        server.app._faults = held_faults
 
         async def probe(i: int) -> None:
             found[i] = (await session.lookup({"id": i})).num_rows
 
-        start = trio.current_time()
-        async with trio.open_nursery() as nursery:
-            for i in range(60):
-                nursery.start_soon(probe, i % 10)
-        assert trio.current_time() - start < 1.0  # concurrent, not 60 x 0.02 s in a row
+        with trio.fail_after(60):  # a hang guard only: passing runs take milliseconds
+            async with trio.open_nursery() as nursery:
+                for i in range(n):
+                    nursery.start_soon(probe, i % 10)
+    assert max_in_flight == n
+    assert server.app.counts["lookup 200"] == n
     assert found == {i: _where(id=i).num_rows for i in range(10)}
 
 
@@ -220,21 +239,45 @@ async def test_scan_gives_up_after_its_retries_naming_the_offset():
 
 
 async def test_latency_past_the_timeout_is_an_error():
-    config = DemoServerConfig(faults={"lookup": {"latency": 0.5}})
+    # The answer would take an hour; the client gives up after its 0.05 s timeout and says
+    # so (the message proves it was the timeout, not some other error).
+    config = DemoServerConfig(faults={"lookup": {"latency": 3600.0}})
     async with _server(config) as server:
         web = WebTable(server.url, "events", timeout=0.05)
-        # The client gives up after 0.05 s; it does not wait for the 0.5 s answer.
         async with web.session() as session:
-            with trio.fail_after(0.4), pytest.raises(WebSourceError, match=r"timed out after"):
+            with trio.fail_after(60), pytest.raises(WebSourceError, match=r"timed out after"):
                 await session.lookup({"id": 1})
+        assert server.app.counts["lookup 200"] == 0
 
 
-async def test_latency_and_jitter_delay_the_answer():
+class _SleepRecorder:
+    """Stands in for the ``trio`` module inside demo_server: records every ``sleep``
+    (the latency and jitter the server adds) and otherwise is trio."""
+
+    def __init__(self) -> None:
+        self.sleeps: list[float] = []
+
+    def __getattr__(self, name: str):
+        return getattr(trio, name)
+
+    async def sleep(self, seconds: float) -> None:
+        self.sleeps.append(seconds)
+        await trio.sleep(seconds)
+
+
+async def test_latency_and_jitter_delay_the_answer(monkeypatch):
+    from eddies.sources import demo_server
+
+    recorder = _SleepRecorder()
+    monkeypatch.setattr(demo_server, "trio", recorder)
     config = DemoServerConfig(faults={"*": {"latency": 0.05, "jitter": 0.02}}, seed=3)
     async with _server(config) as server, WebTable(server.url, "events").session() as session:
-        start = trio.current_time()
-        await session.lookup({"id": 1})
-        assert 0.05 <= trio.current_time() - start < 0.5
+        for i in range(5):
+            await session.lookup({"id": i})
+    # Each answer waited its latency plus a jitter drawn in [0, 0.02), and not all the same.
+    assert len(recorder.sleeps) == 5
+    assert all(0.05 <= delay < 0.07 for delay in recorder.sleeps), recorder.sleeps
+    assert len(set(recorder.sleeps)) > 1
 
 
 async def test_a_dropped_connection_is_an_error():
@@ -267,11 +310,12 @@ async def test_scan_waits_out_the_rate_limit():
 
 
 async def test_fail_after_fails_every_request():
-    async with _server(DemoServerConfig(fail_after=0.2)) as server:
+    async with _server(DemoServerConfig(fail_after=600.0)) as server:
         web = WebTable(server.url, "events", retries=1, backoff=0.001)
         async with web.session() as session:
             assert (await session.lookup({"id": 1})).num_rows == 1
-            await trio.sleep(0.22)
+            # Let the 600 s pass without waiting them: move the server's start back.
+            server.app.started_at -= 600.0
             with pytest.raises(WebSourceError, match="HTTP 503: server failed") as info:
                 await session.lookup({"id": 1})
             assert server.url in str(info.value)
@@ -377,7 +421,7 @@ def test_serve_demo_serves_until_ctrl_c():
 
         assert trio.run(lookup)["name"].to_pylist() == ["American Airlines Inc."]
         process.send_signal(signal.SIGINT)
-        _, err = process.communicate(timeout=10)
+        _, err = process.communicate(timeout=120)  # a hang guard: ~2 s on a loaded machine
     finally:
         process.kill()
     assert process.returncode == 130

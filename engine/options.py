@@ -1,0 +1,127 @@
+"""The run options of a query: one frozen, validated :class:`RunOptions`.
+
+Every public entry point (``execute``, ``run_query``, ``open_query``, ``BackgroundQuery``,
+the Spark attachment, the partitioned runner, the CLI) takes the options as keywords for
+convenience, or as ``options=RunOptions(...)``, and builds them through
+:meth:`RunOptions.from_kwargs`, the one place that knows their names and checks their
+values. A bad value raises :class:`EddiesError` naming the option and the value, at the API
+edge, before any task starts.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from numbers import Integral, Real
+from typing import Any
+
+from eddies.engine.errors import EddiesError
+from eddies.router.policies import check_policy_options
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    """How to run a query (all optional).
+
+    policy: one of ``static``, ``random``, ``naive``, ``lottery``, ``lottery-window``
+    (eddies-2000 §4). order: destination names for ``static`` (see
+    :func:`eddies.engine.explain`), a sequence of strings, kept as a tuple. window: seconds
+    per ticket window for ``lottery-window`` (positive, finite). batch_size: rows per scan
+    batch, a positive int (1 = the per-tuple eddy of the paper; None: the table's or the
+    engine's default). seed: a non-negative int that makes the policy's draws and the task
+    scheduling repeatable, so a run routes the same way again (not with sync UDFs or
+    lottery-window, which depend on timing). debug: check the routing constraints on every
+    step. queue_capacity: batches per module input queue, a positive int.
+
+    Raises EddiesError naming the option and the bad value; ``True`` is not a number here.
+    """
+
+    policy: str = "lottery"
+    batch_size: int | None = None
+    seed: int | None = None
+    debug: bool = False
+    order: tuple[str, ...] | None = None
+    window: float | None = None
+    queue_capacity: int | None = None
+
+    def __post_init__(self) -> None:
+        _check_int(self, "batch_size", minimum=1)
+        _check_int(self, "seed", minimum=0)
+        _check_int(self, "queue_capacity", minimum=1)
+        if not isinstance(self.debug, bool):
+            raise EddiesError(f"debug must be True or False, got {self.debug!r}")
+        if self.order is not None:
+            if isinstance(self.order, str | bytes) or not isinstance(self.order, Sequence):
+                raise EddiesError(
+                    f"order must be a sequence of destination names, got {self.order!r}"
+                )
+            bad = [name for name in self.order if not isinstance(name, str)]
+            if bad:
+                raise EddiesError(f"order must name destinations as strings, got {bad!r}")
+            # An empty order means the default one, as if none was given.
+            object.__setattr__(self, "order", tuple(self.order) or None)
+        if self.window is not None:
+            object.__setattr__(self, "window", check_positive("window", self.window))
+        check_policy_options(self.policy, self.order, self.window)
+
+    @classmethod
+    def names(cls) -> tuple[str, ...]:
+        """The options' names, in declaration order."""
+        return tuple(f.name for f in dataclasses.fields(cls))
+
+    @classmethod
+    def from_kwargs(cls, options: RunOptions | None = None, **kwargs: Any) -> RunOptions:
+        """``options`` (default: all defaults) with the keyword options replacing its values.
+
+        Raises EddiesError for an unknown keyword (listing the valid ones), for ``options``
+        that is not a RunOptions, and for any bad value.
+        """
+        unknown = sorted(set(kwargs) - set(cls.names()))
+        if unknown:
+            raise EddiesError(
+                f"unknown option{'s' if len(unknown) > 1 else ''} "
+                f"{', '.join(repr(u) for u in unknown)}; valid options: "
+                f"{', '.join(cls.names())}, options"
+            )
+        if options is None:
+            return cls(**kwargs)
+        if not isinstance(options, RunOptions):
+            raise EddiesError(f"options must be a RunOptions, got {type(options).__name__}")
+        return dataclasses.replace(options, **kwargs) if kwargs else options
+
+    def as_kwargs(self) -> dict[str, Any]:
+        """The options as keywords for ``execute`` (those that differ from the default)."""
+        default = RunOptions()
+        return {
+            f.name: getattr(self, f.name)
+            for f in dataclasses.fields(self)
+            if getattr(self, f.name) != getattr(default, f.name)
+        }
+
+
+def _check_int(options: RunOptions, name: str, *, minimum: int) -> None:
+    """Check option ``name`` is None or an int >= minimum (a NumPy int becomes an int)."""
+    value = getattr(options, name)
+    if value is None:
+        return
+    if isinstance(value, bool) or not isinstance(value, Integral) or value < minimum:
+        what = "a positive integer" if minimum == 1 else f"an integer >= {minimum}"
+        raise EddiesError(f"{name} must be {what} or None, got {value!r}")
+    object.__setattr__(options, name, int(value))
+
+
+def check_positive(name: str, value: Any) -> float:
+    """``value`` as a float if it is a positive, finite number of seconds (not a bool);
+    else EddiesError naming ``name``. Used for windows and timeouts."""
+    if isinstance(value, bool) or not isinstance(value, Real) or not math.isfinite(value):
+        raise EddiesError(f"{name} must be a positive finite number of seconds, got {value!r}")
+    if value <= 0:
+        raise EddiesError(f"{name} must be a positive finite number of seconds, got {value!r}")
+    return float(value)
+
+
+def check_timeout(name: str, value: Any) -> float | None:
+    """A timeout in seconds: None (wait as long as it takes) or a positive finite number."""
+    return None if value is None else check_positive(name, value)

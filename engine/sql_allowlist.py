@@ -1,0 +1,295 @@
+"""The one list of SQL constructs eddies runs: sqlglot node types and the arguments of each.
+
+:func:`validate` walks a parsed statement once (iteratively, so a 5,000-term AND chain
+does not recurse) and refuses, with :class:`UnsupportedQueryError` naming the construct
+and its line and column, every node whose type is not in :data:`ALLOWED` and every node
+with a non-empty argument not listed for its type. A construct nobody wrote code for
+therefore never reaches the planner, where it could be silently ignored: adding support
+for one means adding it here *and* handling it in sql.py / planner.py / compile.py.
+
+Arguments in :data:`REQUIRED` must be present and non-empty (sqlglot accepts
+``SELECT FROM t`` and ``GROUP BY`` with nothing after it; DuckDB does not). Arguments in
+:data:`VALUES` may only take the listed values (``JOIN`` kinds and methods).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+
+from sqlglot import exp
+
+from eddies.engine.errors import SqlSyntaxError, UnsupportedQueryError, describe
+
+_BINARY = frozenset({"this", "expression"})
+_UNARY = frozenset({"this"})
+_NEGATABLE = frozenset({"this", "expression", "negate"})  # NOT LIKE: compile_expr reads it
+
+#: Node type -> the argument names the front end handles. Context rules (where a node may
+#: appear) are checked by sql.py and planner.py; this table says what exists at all.
+ALLOWED: dict[type[exp.Expression], frozenset[str]] = {
+    # statement and clauses (sql.py, planner.py)
+    exp.Select: frozenset(
+        {"expressions", "from_", "joins", "where", "group", "having", "order", "limit"}
+        | {"offset", "distinct"}
+    ),
+    exp.From: _UNARY,
+    exp.Join: frozenset({"this", "on", "using", "kind", "method"}),
+    exp.Table: frozenset({"this", "alias"}),
+    exp.TableAlias: _UNARY,
+    exp.Where: _UNARY,
+    exp.Having: _UNARY,
+    exp.Group: frozenset({"expressions"}),
+    exp.Order: frozenset({"expressions"}),
+    exp.Ordered: frozenset({"this", "desc", "nulls_first"}),
+    exp.Limit: frozenset({"expression"}),
+    exp.Offset: frozenset({"expression"}),
+    exp.Distinct: frozenset({"expressions"}),  # SELECT DISTINCT, COUNT(DISTINCT x)
+    exp.Alias: frozenset({"this", "alias"}),
+    exp.Star: frozenset({"except_", "replace"}),  # * EXCLUDE (...) REPLACE (...)
+    exp.Column: frozenset({"this", "table"}),
+    exp.Identifier: frozenset({"this", "quoted"}),
+    # scalar expressions (compile.py)
+    exp.Paren: _UNARY,
+    exp.Literal: frozenset({"this", "is_string"}),
+    exp.Boolean: _UNARY,
+    exp.Null: frozenset(),
+    exp.Neg: _UNARY,
+    exp.Not: _UNARY,
+    exp.Is: _NEGATABLE,
+    exp.Add: _BINARY,
+    exp.Sub: _BINARY,
+    exp.Mul: _BINARY,
+    exp.Div: _BINARY,
+    exp.Mod: _BINARY,
+    exp.IntDiv: _BINARY,
+    exp.EQ: _BINARY,
+    exp.NEQ: _BINARY,
+    exp.GT: _BINARY,
+    exp.GTE: _BINARY,
+    exp.LT: _BINARY,
+    exp.LTE: _BINARY,
+    exp.And: _BINARY,
+    exp.Or: _BINARY,
+    exp.DPipe: frozenset({"this", "expression", "safe"}),  # safe: DuckDB's NULL-propagating ||
+    exp.Between: frozenset({"this", "low", "high"}),
+    exp.In: frozenset({"this", "expressions"}),
+    exp.Like: _NEGATABLE,
+    exp.ILike: _NEGATABLE,
+    exp.Escape: _BINARY,  # [NOT] [I]LIKE ... ESCAPE 'c': compile.py checks its operands
+    exp.Case: frozenset({"this", "ifs", "default"}),
+    exp.If: frozenset({"this", "true", "false"}),
+    exp.Cast: frozenset({"this", "to"}),
+    exp.TryCast: frozenset({"this", "to", "safe"}),
+    exp.DataType: frozenset({"this", "expressions", "nested"}),
+    exp.DataTypeParam: _UNARY,
+    exp.Abs: _UNARY,
+    exp.Lower: _UNARY,
+    exp.Upper: _UNARY,
+    exp.Length: _UNARY,
+    exp.Coalesce: frozenset({"this", "expressions"}),
+    exp.Round: frozenset({"this", "decimals"}),
+    exp.Floor: _UNARY,
+    exp.Ceil: _UNARY,
+    exp.Sqrt: _UNARY,
+    exp.Ln: _UNARY,
+    exp.Nullif: _BINARY,
+    exp.Anonymous: frozenset({"this", "expressions"}),  # registered Python functions
+    # aggregates (planner.py): one argument each; COUNT(*) and COUNT(DISTINCT x)
+    exp.Count: frozenset({"this", "big_int"}),
+    exp.Sum: _UNARY,
+    exp.Avg: _UNARY,
+    exp.Min: _UNARY,
+    exp.Max: _UNARY,
+}
+
+#: Arguments that must be present and non-empty (a missing one is a syntax error in DuckDB;
+#: a SELECT without FROM, which DuckDB runs, is refused by sql.py).
+REQUIRED: dict[type[exp.Expression], frozenset[str]] = {
+    exp.Select: frozenset({"expressions"}),
+    exp.From: _UNARY,
+    exp.Join: _UNARY,
+    exp.Table: _UNARY,
+    exp.Where: _UNARY,
+    exp.Having: _UNARY,
+    exp.Group: frozenset({"expressions"}),
+    exp.Order: frozenset({"expressions"}),
+    exp.Ordered: _UNARY,
+    exp.Limit: frozenset({"expression"}),
+    exp.Offset: frozenset({"expression"}),
+    exp.Alias: frozenset({"this", "alias"}),
+    exp.Column: _UNARY,
+    exp.Paren: _UNARY,
+    exp.Neg: _UNARY,
+    exp.Not: _UNARY,
+    exp.In: frozenset({"this", "expressions"}),
+    exp.Between: frozenset({"this", "low", "high"}),
+    exp.Case: frozenset({"ifs"}),
+    exp.If: frozenset({"this", "true"}),
+    exp.Cast: frozenset({"this", "to"}),
+    exp.TryCast: frozenset({"this", "to"}),
+    exp.Escape: _BINARY,
+}
+
+#: Arguments whose values are restricted (compared upper-case).
+VALUES: dict[tuple[type[exp.Expression], str], frozenset[str]] = {
+    (exp.Join, "kind"): frozenset({"INNER", "CROSS"}),
+    (exp.Join, "method"): frozenset({"NATURAL"}),
+}
+
+#: How a refused node type is named in the error (default: its SQL keyword-ish name).
+_NODE_NAMES: dict[type[exp.Expression], str] = {
+    exp.Subquery: "a subquery",
+    exp.Exists: "EXISTS (a subquery)",
+    exp.Window: "a window function (OVER)",
+    exp.Union: "UNION",
+    exp.Intersect: "INTERSECT",
+    exp.Except: "EXCEPT",
+    exp.With: "WITH (common table expressions)",
+    exp.CTE: "a common table expression",
+    exp.Pivot: "PIVOT / UNPIVOT",
+    exp.TableSample: "USING SAMPLE / TABLESAMPLE",
+    exp.Lateral: "LATERAL",
+    exp.Unnest: "UNNEST",
+    exp.Values: "VALUES",
+    exp.Interval: "INTERVAL",
+    exp.Columns: "COLUMNS(...)",
+    exp.Lambda: "a lambda",
+    exp.Placeholder: "a parameter placeholder",
+}
+
+#: How a refused argument is named in the error.
+_ARG_NAMES: dict[tuple[type[exp.Expression], str], str] = {
+    (exp.Select, "with_"): "WITH (common table expressions)",
+    (exp.Select, "sample"): "USING SAMPLE",
+    (exp.Select, "qualify"): "QUALIFY",
+    (exp.Select, "windows"): "WINDOW",
+    (exp.Select, "laterals"): "LATERAL",
+    (exp.Select, "pivots"): "PIVOT / UNPIVOT",
+    (exp.Select, "into"): "SELECT ... INTO",
+    (exp.Select, "locks"): "FOR UPDATE / FOR SHARE",
+    (exp.Select, "kind"): "SELECT AS STRUCT / VALUE",
+    (exp.Table, "sample"): "TABLESAMPLE",
+    (exp.Table, "pivots"): "PIVOT / UNPIVOT",
+    (exp.Table, "db"): "a qualified table name (schema.table)",
+    (exp.Table, "catalog"): "a qualified table name (catalog.schema.table)",
+    (exp.Table, "version"): "time travel (AT / FOR SYSTEM_TIME)",
+    (exp.TableAlias, "columns"): "column aliases on a table (t AS x(a, b))",
+    (exp.Column, "db"): "a column qualified by schema (schema.table.column)",
+    (exp.Column, "catalog"): "a column qualified by catalog",
+    (exp.Join, "side"): "an outer join (LEFT / RIGHT / FULL)",
+    (exp.Join, "match_condition"): "ASOF JOIN ... MATCH_CONDITION",
+    (exp.Limit, "limit_options"): "LIMIT ... PERCENT / WITH TIES",
+    (exp.Limit, "offset"): "LIMIT offset, count",
+    (exp.Group, "rollup"): "GROUP BY ROLLUP",
+    (exp.Group, "cube"): "GROUP BY CUBE",
+    (exp.Group, "grouping_sets"): "GROUP BY GROUPING SETS",
+    (exp.Group, "all"): "GROUP BY ALL",
+    (exp.Order, "siblings"): "ORDER SIBLINGS BY",
+    (exp.Ordered, "with_fill"): "ORDER BY ... WITH FILL",
+    (exp.Distinct, "on"): "DISTINCT ON",
+    (exp.Star, "except_"): "* EXCLUDE",
+    (exp.Star, "replace"): "* REPLACE",
+    (exp.Star, "rename"): "* RENAME",
+    (exp.Star, "ilike"): "* ILIKE",
+    (exp.Between, "symmetric"): "BETWEEN SYMMETRIC",
+    (exp.In, "query"): "IN (subquery)",
+    (exp.In, "unnest"): "IN UNNEST",
+    (exp.Min, "count"): "min(x, n) (the n smallest values)",
+    (exp.Max, "count"): "max(x, n) (the n largest values)",
+    (exp.Round, "truncate"): "round(x, d, mode)",
+    (exp.Floor, "decimals"): "floor(x, d)",
+    (exp.Ceil, "decimals"): "ceil(x, d)",
+    (exp.Cast, "format"): "CAST ... FORMAT",
+}
+
+#: Deepest expression nesting accepted (an n-ary AND/OR chain counts as one level):
+#: compiling and evaluating recurse once per level, and DuckDB itself stops at 1,000.
+MAX_EXPRESSION_DEPTH = 200
+
+
+_CLAUSES = (exp.Select, exp.Where, exp.Having, exp.Group, exp.Order, exp.Ordered, exp.Join)
+
+
+def node_name(node: exp.Expression) -> str:
+    """A readable name for a node type, as used in error messages."""
+    name = _NODE_NAMES.get(type(node))
+    if name is not None:
+        return name
+    if isinstance(node, exp.Func):
+        return f"function {node.sql_name().upper()}"
+    if isinstance(node, exp.Join):
+        return "JOIN"
+    return type(node).__name__.upper()
+
+
+def arg_name(node: exp.Expression, key: str, value: object) -> str:
+    """A readable name for argument ``key`` of ``node`` (``value`` its value)."""
+    if isinstance(node, exp.Join) and key in ("kind", "method", "side"):
+        return f"{str(value).upper()} JOIN"
+    if isinstance(node, exp.Count) and key == "expressions":
+        return "count(a, b) (COUNT takes one argument)"
+    if isinstance(node, exp.AggFunc) and key in ("expressions", "count"):
+        return f"{node.sql_name().lower()}(a, b) ({node.sql_name().upper()} takes one argument)"
+    name = _ARG_NAMES.get((type(node), key))
+    if name is not None:
+        return name
+    return f"{key.rstrip('_').upper()} in {node_name(node)}"
+
+
+def _empty(value: object) -> bool:
+    return value is None or value is False or (isinstance(value, list) and not value)
+
+
+def refuse(node: exp.Expression, what: str) -> UnsupportedQueryError:
+    """The error for construct ``what`` at ``node`` (which gives the position)."""
+    return UnsupportedQueryError(f"{what} is not supported: {describe(node)}")
+
+
+def validate(root: exp.Expression, functions: Collection[str] = ()) -> None:
+    """Refuse any node or argument outside :data:`ALLOWED` (see the module docstring).
+
+    ``functions`` are the (lower-case) names of registered Python functions: a call of one
+    is allowed whatever sqlglot node it parsed into (``Catalog.add_function`` may register
+    a name sqlglot knows, such as ``contains``); compile.py passes all its arguments.
+    Raises UnsupportedQueryError (a refused construct, too deep nesting) or SqlSyntaxError
+    (a missing operand).
+    """
+    stack: list[tuple[exp.Expression, int]] = [(root, 1)]
+    while stack:
+        node, depth = stack.pop()
+        kind = type(node)
+        allowed = ALLOWED.get(kind)
+        if allowed is None:
+            if isinstance(node, exp.Func) and node.sql_name().lower() in functions:
+                allowed = frozenset(node.args)
+            else:
+                raise refuse(node, node_name(node))
+        if depth > MAX_EXPRESSION_DEPTH:
+            top = node  # name the whole expression, not its deepest leaf
+            while top.parent is not None and not isinstance(top.parent, _CLAUSES):
+                top = top.parent
+            raise UnsupportedQueryError(
+                f"the expression nests more than {MAX_EXPRESSION_DEPTH} levels deep: "
+                f"{describe(top)}"
+            )
+        for key, value in node.args.items():
+            if _empty(value):
+                continue
+            # Point at the refused argument itself where it is a node (USING SAMPLE's 10%).
+            at = value[0] if isinstance(value, list) else value
+            at = at if isinstance(at, exp.Expression) else node
+            if key not in allowed:
+                raise refuse(at, arg_name(node, key, value))
+            permitted = VALUES.get((kind, key))
+            if permitted is not None and str(value).upper() not in permitted:
+                raise refuse(node, arg_name(node, key, value))
+        for key in REQUIRED.get(kind, ()):
+            if _empty(node.args.get(key)):
+                what = "select list" if kind is exp.Select else key.rstrip("_")
+                raise SqlSyntaxError(
+                    f"SQL syntax error: {node_name(node)} is missing its {what}: {describe(node)}"
+                )
+        for child in node.iter_expressions():
+            # An n-ary AND/OR chain is one level: compile.py flattens it.
+            same_chain = isinstance(node, exp.And | exp.Or) and type(child) is kind
+            stack.append((child, depth if same_chain else depth + 1))

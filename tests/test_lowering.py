@@ -1,0 +1,72 @@
+"""run.lower: a plan becomes the parts of a query without starting anything (no trio run).
+
+The split of run_plan (issue 9, item 5): lowering is synchronous and inspectable; spawning
+only starts one task per part. Hooks (a stream's wait for static tables, the commit
+points' idle callback) are given at construction.
+"""
+
+from __future__ import annotations
+
+import pyarrow as pa
+import trio
+
+from eddies.engine import Catalog, RunOptions
+from eddies.engine.planner import plan_query
+from eddies.engine.run import DEFAULT_QUEUE_CAPACITY, lower
+from eddies.router.routing_table import DestinationKind
+from eddies.router.stats import RunStats
+
+
+def _lowered(sql: str, cat: Catalog, **options):
+    plan = plan_query(sql, cat)
+    send, _ = trio.open_memory_channel(1)
+    return plan, lower(plan, RunOptions(**options), send, RunStats(plan.graph, plan.destinations))
+
+
+def _catalog() -> Catalog:
+    cat = Catalog()
+    cat.add_table("r", pa.table({"a": [1, 2, 3], "b": [1, 1, 2]}))
+    cat.add_table("s", pa.table({"a": [1, 2], "c": [5, 6]}))
+    cat.add_table("s", pa.table({"a": [1, 2], "c": [5, 6]}), key=["a"])  # a mirror
+    return cat
+
+
+def test_lowering_a_join_outside_trio():
+    assert not trio.lowlevel.in_trio_run()
+    plan, parts = _lowered(
+        "SELECT r.b, s.c FROM r JOIN s ON r.a = s.a WHERE r.b < 2", _catalog(), queue_capacity=3
+    )
+    assert set(parts.modules) == {"stem:r", "stem:s", "sm1", "sm2", "output"}
+    assert set(parts.inboxes) == set(parts.modules)
+    # every destination's queue is its module's inbox, with the asked capacity
+    for d, queue in zip(plan.destinations, parts.eddy.queues, strict=True):
+        assert queue.statistics().max_buffer_size == 3
+        assert d.module in parts.modules
+    kinds = {d.kind for d in plan.destinations}
+    assert {DestinationKind.BUILD, DestinationKind.PROBE, DestinationKind.OUTPUT} <= kinds
+    # one scan AM per access path: r, and s with its mirror; one Source each
+    assert sorted(s.name for s in parts.scans) == ["scan:r", "scan:s", "scan:s_2"]
+    assert [s.name for s in parts.sources] == [s.name for s in parts.scans]
+    assert parts.commits is None and parts.streams == []
+    assert parts.eddy.on_idle is None
+    assert all(scan.start_after is None for scan in parts.scans)
+
+
+def test_default_queue_capacity():
+    _, parts = _lowered("SELECT r.a FROM r", _catalog())
+    (queue,) = parts.eddy.queues[-1:]
+    assert queue.statistics().max_buffer_size == DEFAULT_QUEUE_CAPACITY
+
+
+def test_stream_hooks_are_given_at_construction():
+    cat = _catalog()
+    cat.add_stream("st", pa.schema([("a", pa.int64()), ("x", pa.int64())]))
+    _, parts = _lowered("SELECT st.x, r.b FROM st JOIN r ON st.a = r.a", cat)
+    assert parts.commits is not None
+    assert parts.eddy.on_idle == parts.commits.changed
+    stream_scans = [s for s in parts.scans if s.name == "scan:st"]
+    static_scans = [s for s in parts.scans if s.name != "scan:st"]
+    assert stream_scans and static_scans
+    assert all(s.start_after is parts.commits.streams_may_start for s in stream_scans)
+    assert all(s.start_after is None for s in static_scans)
+    assert parts.streams == [cat.table("st").stream]
