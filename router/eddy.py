@@ -481,7 +481,7 @@ class Eddy:
         elif isinstance(choice, np.ndarray):
             for destination, part in batch.split_by(choice).items():
                 if destination == HOLD:  # routed afresh after the next answer (pilots)
-                    self._waiting.append((part, None))
+                    self._wait(part, None)
                 else:
                     self._send_step(destination, part, entry)
         else:

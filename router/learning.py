@@ -46,6 +46,7 @@ left alone for a few half-lives has small N_a and a large bonus, so it is tried 
 from __future__ import annotations
 
 import math
+import time
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -57,8 +58,12 @@ from eddies.router.tuple_batch import Signature
 
 #: The policies defined here (names in eddies.router.policies.POLICIES).
 LEARNING_POLICIES = ("rank", "bandit")
-#: Tuples of one pilot batch (per choice).
+#: Most tuples of one pilot batch (per choice); see :func:`pilot_size`.
 PILOT_TUPLES = 256
+#: Fewest tuples of one pilot batch.
+MIN_PILOT_TUPLES = 8
+#: Estimated seconds of work below which a decision sends the whole batch, unsplit.
+SMALL_WORK_SECONDS = 0.002
 #: Tuples one bandit pull counts for (the unit of N_a in the D-UCB index).
 PULL_TUPLES = 32
 #: Decayed tuples an estimate needs to count as known at a signature.
@@ -71,11 +76,19 @@ GROWTH = 4
 XI = 0.6
 
 
+def pilot_size(n: int) -> int:
+    """Tuples of one pilot out of a batch of ``n``: 1/64 of it, within
+    [``MIN_PILOT_TUPLES``, ``PILOT_TUPLES``]. Small pilots answer fast even at an expensive
+    choice (a 2,000-tuple batch pilots 31 tuples: one wave of 32 concurrent UDF calls)."""
+    return min(PILOT_TUPLES, max(MIN_PILOT_TUPLES, n // 64))
+
+
 @dataclass
 class _SignatureState:
     blocking: bool = True  # hold the rest until the pilots answer (start, drift)
     level: int = 8  # decision size PILOT_TUPLES · GROWTH**(level+1); from 8 on: whole batches
-    piloting: set[int] = field(default_factory=set)  # choices with a pilot unanswered
+    # choices with a pilot unanswered -> (perf_counter() when sent, tuples sent)
+    piloting: dict[int, tuple[float, int]] = field(default_factory=dict)
     stale: set[int] = field(default_factory=set)  # choices to observe again (after drift)
 
 
@@ -98,6 +111,36 @@ class LearningPolicy(RoutingPolicy):
     def pick(self, sig: Signature | None, arms: tuple[int, ...]) -> int:
         raise NotImplementedError  # pragma: no cover
 
+    def rank(self, sig: Signature | None, dest: int) -> float:
+        """Rank ``(s − 1) / c`` of ``dest`` at ``sig`` (0.0 when unknown)."""
+        est = self._estimate(sig, dest)
+        if est is None or est.tuples <= 0:
+            return 0.0  # unknown: as a free operator that keeps every tuple
+        return (est.selectivity - 1.0) / max(est.cost, 1e-9)
+
+    def _outranks_pilots(
+        self, sig: Signature, arms: tuple[int, ...], state: _SignatureState
+    ) -> int | None:
+        """The observed choice that goes before every choice whose pilot is still out,
+        whatever its pilot shows; None if there is none yet.
+
+        A pilot of k tuples out for t seconds is a censored observation: its choice costs
+        at least t/k per tuple, so its rank (s − 1)/c is at least −k/t even if it drops
+        every tuple. An observed choice with a lower rank goes first in any case, and the
+        rest of the batch need not wait (a slow async UDF's pilot holds nothing back once
+        a cheap selective predicate has answered)."""
+        known = [a for a in arms if a not in state.piloting]
+        if not known or not state.piloting:
+            return None
+        best = min(known, key=lambda a: self.rank(sig, a))
+        best_rank = self.rank(sig, best)
+        now = time.perf_counter()
+        for sent_at, tuples in state.piloting.values():
+            elapsed = now - sent_at
+            if elapsed <= 0 or best_rank >= -tuples / elapsed:
+                return None
+        return best
+
     def choose(
         self, entry: RouteEntry, n: int, has_room: HasRoom, signature: Signature | None = None
     ) -> Choice:
@@ -112,36 +155,63 @@ class LearningPolicy(RoutingPolicy):
             state.blocking = False
         if n == 1:  # the per-tuple eddy: every tuple is a decision, none waits
             if need:
-                state.piloting.add(need[0])
+                state.piloting[need[0]] = (time.perf_counter(), 1)
                 return need[0]
             return self.pick(signature, arms)
         pending = self.in_flight_at.get(signature, 0) > 0
         if state.blocking and (state.piloting or (need and pending)) and self.works_in_flight:
-            return None  # no blind commitment: wait for the pilots (or what is in flight)
-        if need and n < 2 * PILOT_TUPLES * len(need):
+            # No blind commitment: wait for the pilots (or what is in flight) - unless a
+            # choice already observed goes first whatever the pilots will show.
+            best = None if need else self._outranks_pilots(signature, arms, state)
+            if best is None:
+                return None
+            chunk = self._chunk(signature, best, n, state)
+            if chunk >= n:
+                return best
+            choice = np.full(n, HOLD, dtype=np.int64)
+            choice[:chunk] = best
+            return choice
+        pilot = pilot_size(n)
+        if need and n < 2 * pilot * len(need):
             # Too small to split usefully: the whole batch explores one unknown choice.
-            state.piloting.add(need[0])
+            state.piloting[need[0]] = (time.perf_counter(), n)
             return need[0]
-        choice = np.full(n, HOLD, dtype=np.int64)
-        start = 0
-        for a in need:
-            choice[start : start + PILOT_TUPLES] = a
-            state.piloting.add(a)
-            start += PILOT_TUPLES
         if need and state.blocking:
+            choice = np.full(n, HOLD, dtype=np.int64)
+            now = time.perf_counter()
+            for i, a in enumerate(need):
+                choice[i * pilot : (i + 1) * pilot] = a
+                state.piloting[a] = (now, pilot)
             state.level = 0  # after the pilots, decisions grow from small again
             return choice
         best = self.pick(signature, tuple(a for a in arms if a not in need) or arms)
-        chunk = n
-        if state.level < 8:  # growing back after pilots (start, drift)
-            chunk = PILOT_TUPLES * GROWTH ** (state.level + 1)
-        est = self._estimate(signature, best)
-        if est is not None and est.cost > 0:
-            chunk = min(chunk, max(PILOT_TUPLES, int(HORIZON_SECONDS / est.cost)))
-        if start == 0 and chunk >= n:
-            return best
+        chunk = self._chunk(signature, best, n, state)
+        if not need and chunk >= n:
+            return best  # the common case: the whole batch, one decision
+        choice = np.full(n, HOLD, dtype=np.int64)
+        start = 0
+        for a in need:  # a choice stale here: a pilot again, without holding the rest
+            choice[start : start + pilot] = a
+            state.piloting[a] = (time.perf_counter(), pilot)
+            start += pilot
         choice[start : start + chunk] = best
         return choice
+
+    def _chunk(self, sig: Signature, best: int, n: int, state: _SignatureState) -> int:
+        """Tuples one decision sends to ``best``: all ``n`` when their estimated work is
+        below ``SMALL_WORK_SECONDS`` (splitting costs a module visit, ≈0.1-0.2 ms, more
+        than a wrong order of free operators loses); otherwise growing with confidence
+        (``level``) and never more than ``HORIZON_SECONDS`` of estimated work."""
+        est = self._estimate(sig, best)
+        cost = est.cost if est is not None else 0.0
+        if cost * n <= SMALL_WORK_SECONDS:
+            return n
+        chunk = max(int(SMALL_WORK_SECONDS / cost), PILOT_TUPLES)
+        if state.level < 8:  # growing back after pilots (start, drift)
+            chunk = max(chunk, PILOT_TUPLES * GROWTH ** (state.level + 1))
+        else:
+            chunk = n
+        return min(chunk, max(PILOT_TUPLES, int(HORIZON_SECONDS / cost)))
 
     def _unknown(self, sig: Signature, dest: int, state: _SignatureState) -> bool:
         """No estimate to go by: not at this signature, nor anywhere (or stale by drift)."""
@@ -164,7 +234,7 @@ class LearningPolicy(RoutingPolicy):
         state = self._state.get(signature)
         if state is None:
             return
-        state.piloting.discard(destination)
+        state.piloting.pop(destination, None)
         state.stale.discard(destination)
         if drift:
             state.level = 0
@@ -180,12 +250,6 @@ class RankPolicy(LearningPolicy):
     """Lowest rank ``(s − 1) / c`` first (rank ordering; see the module docstring)."""
 
     name = "rank"
-
-    def rank(self, sig: Signature | None, dest: int) -> float:
-        est = self._estimate(sig, dest)
-        if est is None or est.tuples <= 0:
-            return 0.0  # unknown: as a free operator that keeps every tuple
-        return (est.selectivity - 1.0) / max(est.cost, 1e-9)
 
     def pick(self, sig: Signature | None, arms: tuple[int, ...]) -> int:
         return min(arms, key=lambda a: self.rank(sig, a))

@@ -10,7 +10,13 @@ import pytest
 from eddies.engine import Catalog, explain, run_query
 from eddies.engine.planner import plan_query
 from eddies.router.estimates import Estimates
-from eddies.router.learning import PILOT_TUPLES, BanditPolicy, RankPolicy
+from eddies.router.learning import (
+    HORIZON_SECONDS,
+    SMALL_WORK_SECONDS,
+    BanditPolicy,
+    RankPolicy,
+    pilot_size,
+)
 from eddies.router.messages import Returned, Work
 from eddies.router.policies import HOLD
 from eddies.router.routing_table import RouteEntry
@@ -82,7 +88,7 @@ def _policy(cls, sql="SELECT * FROM r WHERE r.x > 1 AND r.k < 3"):
 def _answer(policy, dest, n, out, seconds):
     """Route and answer one Work of n tuples at SIG (as the eddy does)."""
     batch = singleton_batch(0, np.arange(n), built=True)
-    work = Work(dest, batch, None, 0.0)
+    work = Work(dest, batch, None)
     policy.on_routed(dest, n, SIG)
     policy.on_returned(dest, n, out, seconds)
     policy.observe(Returned(dest, [batch.take(np.arange(out))], n, seconds, work=work), 0.0)
@@ -93,21 +99,61 @@ ENTRY = RouteEntry((0, 1), (None, None))
 
 def test_rank_pilots_first_then_orders_by_cost_over_one_minus_selectivity():
     policy = _policy(RankPolicy)
+    pilot = pilot_size(4096)
     choice = policy.choose(ENTRY, 4096, lambda d: True, SIG)
     assert isinstance(choice, np.ndarray)
-    assert (choice == 0).sum() == PILOT_TUPLES and (choice == 1).sum() == PILOT_TUPLES
-    assert (choice == HOLD).sum() == 4096 - 2 * PILOT_TUPLES  # no blind commitment
+    assert (choice == 0).sum() == pilot and (choice == 1).sum() == pilot
+    assert (choice == HOLD).sum() == 4096 - 2 * pilot  # no blind commitment
     # While the pilots are out, the rest waits.
-    policy.on_routed(0, PILOT_TUPLES, SIG)
+    policy.on_routed(0, pilot, SIG)
     assert policy.choose(ENTRY, 100, lambda d: True, SIG) is None
     # Arm 0: 1 µs/tuple, keeps 50% (rank −0.5/1e-6); arm 1: 4 µs, keeps 1% (−0.99/4e-6).
     policy.works_in_flight = 0
     policy.in_flight_at.clear()
-    _answer(policy, 0, PILOT_TUPLES, PILOT_TUPLES // 2, PILOT_TUPLES * 1e-6)
-    _answer(policy, 1, PILOT_TUPLES, 2, PILOT_TUPLES * 4e-6)
+    _answer(policy, 0, pilot, pilot // 2, pilot * 1e-6)
+    _answer(policy, 1, pilot, 1, pilot * 4e-6)
     assert policy.rank(SIG, 0) < policy.rank(SIG, 1)
-    first = policy.choose(ENTRY, 4096, lambda d: True, SIG)
-    assert np.all(np.asarray(first)[np.asarray(first) != HOLD] == 0)
+    first = np.asarray(policy.choose(ENTRY, 40_960, lambda d: True, SIG))
+    sent = first[first != HOLD] if first.ndim else first
+    assert np.all(sent == 0)
+    # 40,960 tuples at 1 µs: 41 ms of work, split; the chunk grows with the answers.
+    assert 0 < len(sent) < 40_960
+
+
+def test_cheap_work_goes_whole_and_expensive_work_in_bounded_chunks():
+    """Splitting costs module visits: below SMALL_WORK_SECONDS of estimated work a known
+    choice gets the whole batch; above it, at most HORIZON_SECONDS of work per decision."""
+    policy = _policy(RankPolicy)
+    for arm, cost in ((0, 1e-8), (1, 1e-8)):
+        _answer(policy, arm, 512, 100, 512 * cost)
+    assert policy.choose(ENTRY, 100_000, lambda d: True, SIG) in (0, 1)  # 1 ms: unsplit
+    slow = _policy(RankPolicy)
+    for arm, cost in ((0, 1e-4), (1, 2e-4)):
+        _answer(slow, arm, 512, 100, 512 * cost)
+    for _ in range(10):  # confident: level grown to whole batches, bounded by the horizon
+        _answer(slow, 0, 512, 100, 512 * 1e-4)
+    choice = slow.choose(ENTRY, 100_000, lambda d: True, SIG)
+    assert isinstance(choice, np.ndarray)
+    assert (choice == 0).sum() == int(HORIZON_SECONDS / 1e-4) and (choice == 1).sum() == 0
+    assert SMALL_WORK_SECONDS < HORIZON_SECONDS
+
+
+def test_a_continuation_counts_towards_the_work_first_routed():
+    """A SteM probe stopped at its output bound answers in parts (Returned.rest): the
+    estimate books one observation with all parts' tuples in, tuples out and seconds."""
+    policy = _policy(RankPolicy)
+    batch = singleton_batch(0, np.arange(100), built=True)
+    work = Work(0, batch, None, routed_at=1.0)
+    policy.on_routed(0, 100, SIG)
+    rest = Work(0, batch.take(slice(40, None)), None, origin=work, routed_at=1.0)
+    out = batch.take(np.arange(30))
+    policy.observe(Returned(0, [out], 40, 0.25, work=work, rest=rest), 2.0)
+    assert policy.estimates.get(SIG, 0) is None and policy.works_in_flight == 1
+    policy.observe(Returned(0, [out, out], 60, 0.5, work=rest), 3.0)
+    e = policy.estimates.get(SIG, 0)
+    assert e.observations == 1 and e.selectivity == pytest.approx(0.9)
+    assert e.cost == pytest.approx(0.0075) and e.latency_per_work == pytest.approx(2.0)
+    assert policy.works_in_flight == 0 and not policy.in_flight_at
 
 
 def test_rank_per_tuple_never_holds():
