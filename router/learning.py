@@ -4,21 +4,26 @@ Both route with the estimates of :mod:`eddies.router.estimates` (per signature a
 destination, decayed with a half-life in tuples) and share the batching of
 :class:`LearningPolicy`, which never commits a batch blindly:
 
-* **Pilots.** When a signature is new, and when an estimate at it drifts, the next batch
-  of that signature is split: a small pilot (``PILOT_TUPLES`` tuples, at most half the
-  batch) goes to each choice without a confident estimate, and the rest is held
-  (:data:`~eddies.router.policies.HOLD`) until the pilots have answered. A choice whose
-  estimate has decayed below ``MIN_WEIGHT`` tuples because the eddy stopped sending it
-  anything gets a pilot again, without holding the rest.
-* **Batch sizes grow with confidence and shrink on drift.** After the pilots, each routing
+* **Pilots.** When a signature is new (a choice has no estimate here nor anywhere), and
+  when an estimate at it drifts, the next batch of that signature is split: a pilot of
+  :func:`pilot_size` tuples (n/64, from ``MIN_PILOT_TUPLES`` to ``PILOT_TUPLES``) goes to
+  each such choice, and the rest is held (:data:`~eddies.router.policies.HOLD`) until the
+  pilots have answered — or until an observed choice outranks every pilot still out
+  whatever it will show (a pilot of k tuples out for t seconds is a censored observation:
+  rank ≥ −k/t), so a slow async UDF's pilot holds nothing back once a cheap selective
+  predicate has answered.
+* **Split only what is worth splitting.** A decision whose estimated work (tuples × the
+  chosen choice's seconds per tuple) is below ``SMALL_WORK_SECONDS``, or whose choice is
+  free (below ``SPLIT_COST_SECONDS`` a tuple), sends the whole batch: each extra Work costs a module visit (≈0.1-0.2 ms), more than a wrong order of
+  free operators loses (the PostgreSQL eddy paper's overhead argument, §4).
+* **Batch sizes grow with confidence and shrink on drift.** Above that, each routing
   decision at a signature sends at most ``PILOT_TUPLES · GROWTH**level`` tuples and the
   rest is held until the next answer; ``level`` grows with every answer at the signature
   and restarts at 0 on drift. A decision also never commits more than
   ``HORIZON_SECONDS`` of estimated work, so an expensive predicate is re-decided every
   few milliseconds (the PostgreSQL eddy's reoptimization frequency,
-  eddies-in-postgresql §2.2, chosen by cost instead of fixed), while free ones travel in
-  whole batches. With ``batch_size=1`` nothing is held: each tuple is its own decision,
-  the per-tuple eddy of eddies-2000.
+  eddies-in-postgresql §2.2, chosen by cost instead of fixed). With ``batch_size=1``
+  nothing is held: each tuple is its own decision, the per-tuple eddy of eddies-2000.
 
 ``rank`` (eddies-in-postgresql §3; Krishnamurthy, Boral & Zaniolo, VLDB 1986): each
 choice ``a`` at a signature has rank ``(s_a − 1) / c_a`` (selectivity, seconds per
@@ -64,6 +69,10 @@ PILOT_TUPLES = 256
 MIN_PILOT_TUPLES = 8
 #: Estimated seconds of work below which a decision sends the whole batch, unsplit.
 SMALL_WORK_SECONDS = 0.002
+#: Seconds per tuple below which a choice is free (an Arrow selection or a SteM probe:
+#: 0.05-1 µs; a small pilot's per-Work overhead inflates its estimate to a few µs): its
+#: decisions send whole batches. Expensive predicates (UDFs, 20 µs and more) split.
+SPLIT_COST_SECONDS = 5e-6
 #: Tuples one bandit pull counts for (the unit of N_a in the D-UCB index).
 PULL_TUPLES = 32
 #: Decayed tuples an estimate needs to count as known at a signature.
@@ -199,12 +208,13 @@ class LearningPolicy(RoutingPolicy):
 
     def _chunk(self, sig: Signature, best: int, n: int, state: _SignatureState) -> int:
         """Tuples one decision sends to ``best``: all ``n`` when their estimated work is
-        below ``SMALL_WORK_SECONDS`` (splitting costs a module visit, ≈0.1-0.2 ms, more
-        than a wrong order of free operators loses); otherwise growing with confidence
+        below ``SMALL_WORK_SECONDS`` or ``best`` costs less than ``SPLIT_COST_SECONDS`` a
+        tuple (splitting costs a module visit, ≈0.1-0.2 ms, more than a wrong order of
+        free operators loses); otherwise growing with confidence
         (``level``) and never more than ``HORIZON_SECONDS`` of estimated work."""
         est = self._estimate(sig, best)
         cost = est.cost if est is not None else 0.0
-        if cost * n <= SMALL_WORK_SECONDS:
+        if cost < SPLIT_COST_SECONDS or cost * n <= SMALL_WORK_SECONDS:
             return n
         chunk = max(int(SMALL_WORK_SECONDS / cost), PILOT_TUPLES)
         if state.level < 8:  # growing back after pilots (start, drift)

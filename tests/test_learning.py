@@ -13,6 +13,7 @@ from eddies.router.estimates import Estimates
 from eddies.router.learning import (
     HORIZON_SECONDS,
     SMALL_WORK_SECONDS,
+    SPLIT_COST_SECONDS,
     BanditPolicy,
     RankPolicy,
     pilot_size,
@@ -107,26 +108,29 @@ def test_rank_pilots_first_then_orders_by_cost_over_one_minus_selectivity():
     # While the pilots are out, the rest waits.
     policy.on_routed(0, pilot, SIG)
     assert policy.choose(ENTRY, 100, lambda d: True, SIG) is None
-    # Arm 0: 1 µs/tuple, keeps 50% (rank −0.5/1e-6); arm 1: 4 µs, keeps 1% (−0.99/4e-6).
+    # Arm 0: 10 µs/tuple, keeps 50% (rank −0.5/1e-5); arm 1: 40 µs, keeps 1% (−0.99/4e-5).
     policy.works_in_flight = 0
     policy.in_flight_at.clear()
-    _answer(policy, 0, pilot, pilot // 2, pilot * 1e-6)
-    _answer(policy, 1, pilot, 1, pilot * 4e-6)
+    _answer(policy, 0, pilot, pilot // 2, pilot * 1e-5)
+    _answer(policy, 1, pilot, 1, pilot * 4e-5)
     assert policy.rank(SIG, 0) < policy.rank(SIG, 1)
     first = np.asarray(policy.choose(ENTRY, 40_960, lambda d: True, SIG))
     sent = first[first != HOLD] if first.ndim else first
     assert np.all(sent == 0)
-    # 40,960 tuples at 1 µs: 41 ms of work, split; the chunk grows with the answers.
+    # 40,960 tuples at 10 µs: 0.4 s of work, split; the chunk grows with the answers.
     assert 0 < len(sent) < 40_960
 
 
 def test_cheap_work_goes_whole_and_expensive_work_in_bounded_chunks():
-    """Splitting costs module visits: below SMALL_WORK_SECONDS of estimated work a known
-    choice gets the whole batch; above it, at most HORIZON_SECONDS of work per decision."""
+    """Splitting costs module visits: below SMALL_WORK_SECONDS of estimated work, or at a
+    free choice (below SPLIT_COST_SECONDS a tuple), a known choice gets the whole batch;
+    otherwise at most HORIZON_SECONDS of work per decision."""
     policy = _policy(RankPolicy)
-    for arm, cost in ((0, 1e-8), (1, 1e-8)):
+    for arm, cost in ((0, 1e-6), (1, 2e-6)):
         _answer(policy, arm, 512, 100, 512 * cost)
-    assert policy.choose(ENTRY, 100_000, lambda d: True, SIG) in (0, 1)  # 1 ms: unsplit
+    assert policy.choose(ENTRY, 1000, lambda d: True, SIG) == 0  # 1 ms of work: unsplit
+    assert policy.choose(ENTRY, 100_000, lambda d: True, SIG) == 0  # 100 ms, but free
+    assert SPLIT_COST_SECONDS > 2e-6
     slow = _policy(RankPolicy)
     for arm, cost in ((0, 1e-4), (1, 2e-4)):
         _answer(slow, arm, 512, 100, 512 * cost)
