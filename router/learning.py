@@ -4,18 +4,19 @@ Both route with the estimates of :mod:`eddies.router.estimates` (per signature a
 destination, decayed with a half-life in tuples) and share the batching of
 :class:`LearningPolicy`, which never commits a batch blindly:
 
-* **Pilots.** When a signature is new (a choice has no estimate here nor anywhere), and
-  when an estimate at it drifts, the next batch of that signature is split: a pilot of
-  :func:`pilot_size` tuples (n/64, from ``MIN_PILOT_TUPLES`` to ``PILOT_TUPLES``) goes to
-  each such choice, and the rest is held (:data:`~eddies.router.policies.HOLD`) until the
-  pilots have answered — or until an observed choice outranks every pilot still out
-  whatever it will show (a pilot of k tuples out for t seconds is a censored observation:
-  rank ≥ −k/t), so a slow async UDF's pilot holds nothing back once a cheap selective
-  predicate has answered.
+* **Pilots.** When a signature is new (a choice that may be expensive — an SM, an index
+  AM lookup — has no estimate here nor anywhere), and when an estimate at it drifts, the
+  next batch of that signature is split: a pilot of :func:`pilot_size` tuples (n/64,
+  from ``MIN_PILOT_TUPLES`` to ``PILOT_TUPLES``) goes to each such choice, and the rest
+  is held (:data:`~eddies.router.policies.HOLD`) until the pilots have answered — or
+  until an observed choice outranks every pilot still out whatever it will show (a pilot
+  of k tuples out for t seconds is a censored observation: rank ≥ −k/t), so a slow async
+  UDF's pilot holds nothing back once a cheap selective predicate has answered.
 * **Split only what is worth splitting.** A decision whose estimated work (tuples × the
   chosen choice's seconds per tuple) is below ``SMALL_WORK_SECONDS``, or whose choice is
-  free (below ``SPLIT_COST_SECONDS`` a tuple), sends the whole batch: each extra Work costs a module visit (≈0.1-0.2 ms), more than a wrong order of
-  free operators loses (the PostgreSQL eddy paper's overhead argument, §4).
+  free (below ``SPLIT_COST_SECONDS`` a tuple), sends the whole batch: each extra Work
+  costs a module visit (≈0.1-0.2 ms), more than a wrong order of free operators loses
+  (the PostgreSQL eddy paper's overhead argument, §4).
 * **Batch sizes grow with confidence and shrink on drift.** Above that, each routing
   decision at a signature sends at most ``PILOT_TUPLES · GROWTH**level`` tuples and the
   rest is held until the next answer; ``level`` grows with every answer at the signature
@@ -58,7 +59,7 @@ import numpy as np
 
 from eddies.router.estimates import Estimate
 from eddies.router.policies import HOLD, Choice, HasRoom, RoutingPolicy
-from eddies.router.routing_table import RouteEntry
+from eddies.router.routing_table import DestinationKind, RouteEntry
 from eddies.router.tuple_batch import Signature
 
 #: The policies defined here (names in eddies.router.policies.POLICIES).
@@ -109,6 +110,9 @@ class LearningPolicy(RoutingPolicy):
     def __init__(self, destinations, rng) -> None:
         super().__init__(destinations, rng)
         self._state: dict[Signature, _SignatureState] = {}
+        self._free = {
+            d.id for d in destinations if d.kind in (DestinationKind.PROBE, DestinationKind.BUILD)
+        }
 
     def _estimate(self, sig: Signature | None, dest: int) -> Estimate | None:
         est = self.estimates.get(sig, dest) if sig is not None else None
@@ -224,9 +228,15 @@ class LearningPolicy(RoutingPolicy):
         return min(chunk, max(PILOT_TUPLES, int(HORIZON_SECONDS / cost)))
 
     def _unknown(self, sig: Signature, dest: int, state: _SignatureState) -> bool:
-        """No estimate to go by: not at this signature, nor anywhere (or stale by drift)."""
+        """A choice to pilot: stale by drift, or one that may be expensive (an SM, which
+        may call a UDF; an index AM lookup, which waits on a source) with no estimate
+        here nor anywhere. A SteM probe is an in-memory hash probe, cheap whatever its
+        fan-out: it is learned from the batches it gets, not piloted (a pilot's extra
+        Works cost more than one batch in a worse order of free operators)."""
         if dest in state.stale:
             return True
+        if dest in self._free:
+            return False
         if self.estimates.weight(sig, dest) >= MIN_WEIGHT:
             return False
         total = self.estimates.by_destination.get(dest)
