@@ -90,7 +90,7 @@ def pilot_size(n: int) -> int:
     """Tuples of one pilot out of a batch of ``n``: 1/64 of it, within
     [``MIN_PILOT_TUPLES``, ``PILOT_TUPLES``]. Small pilots answer fast even at an expensive
     choice (a 2,000-tuple batch pilots 31 tuples: one wave of 32 concurrent UDF calls)."""
-    return min(PILOT_TUPLES, max(MIN_PILOT_TUPLES, n // 64))
+    return min(PILOT_TUPLES, max(MIN_PILOT_TUPLES, n // 256))
 
 
 @dataclass
