@@ -6,7 +6,7 @@ destination, decayed with a half-life in tuples) and share the batching of
 
 * **Pilots.** When a signature is new (a choice that may be expensive — an SM, an index
   AM lookup — has no estimate here nor anywhere), and when an estimate at it drifts, the
-  next batch of that signature is split: a pilot of :func:`pilot_size` tuples (n/64,
+  next batch of that signature is split: a pilot of :func:`pilot_size` tuples (n/256,
   from ``MIN_PILOT_TUPLES`` to ``PILOT_TUPLES``) goes to each such choice, and the rest
   is held (:data:`~eddies.router.policies.HOLD`) until the pilots have answered — or
   until an observed choice outranks every pilot still out whatever it will show (a pilot
@@ -87,9 +87,9 @@ XI = 0.6
 
 
 def pilot_size(n: int) -> int:
-    """Tuples of one pilot out of a batch of ``n``: 1/64 of it, within
+    """Tuples of one pilot out of a batch of ``n``: 1/256 of it, within
     [``MIN_PILOT_TUPLES``, ``PILOT_TUPLES``]. Small pilots answer fast even at an expensive
-    choice (a 2,000-tuple batch pilots 31 tuples: one wave of 32 concurrent UDF calls)."""
+    choice (a 2,000-tuple batch pilots 8 tuples: 8 calls of an async UDF, one wave)."""
     return min(PILOT_TUPLES, max(MIN_PILOT_TUPLES, n // 256))
 
 
