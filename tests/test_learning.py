@@ -209,3 +209,23 @@ def test_learning_policies_route_correctly_and_show_estimates():
     assert sum(e.observations for e in sm.values()) > 0
     after = explain(sql, cat, stats=run.stats)
     assert "observed estimates" in after and "probe:" in after.split("observed estimates")[1]
+
+
+def test_the_rest_stops_waiting_once_an_observed_choice_outranks_a_pilot_still_out():
+    """A pilot of k tuples out for t seconds has rank >= -k/t (a censored observation): an
+    observed choice with a lower rank gets the rest without waiting for that pilot."""
+    policy = _policy(RankPolicy)
+    choice = policy.choose(ENTRY, 4096, lambda d: True, SIG)
+    assert isinstance(choice, np.ndarray)  # pilots to both, the rest held
+    policy.on_routed(0, 16, SIG)
+    policy.on_routed(1, 16, SIG)
+    _answer(policy, 0, 16, 1, 16 * 1e-6)  # arm 0 answered: 1 µs/tuple, keeps 6%
+    state = policy._state[SIG]
+    assert set(state.piloting) == {1}
+    sent_at, tuples = state.piloting[1]
+    state.piloting[1] = (sent_at + 1e9, tuples)  # sent "in the future": no bound yet
+    assert policy.choose(ENTRY, 4000, lambda d: True, SIG) is None
+    # Out for 1e9 s: arm 1 costs at least 1e9 s / 16 tuples, so whatever it keeps, arm 0
+    # (rank -0.94 / 1e-6) goes first.
+    state.piloting[1] = (sent_at - 1e9, tuples)
+    assert policy.choose(ENTRY, 4000, lambda d: True, SIG) == 0
