@@ -132,7 +132,7 @@ def run_section_a(args) -> list[dict]:
     for seed in range(args.seeds):
         table = make_table(args.rows, args.keep, seed)
         duck_s, duck_rows = run_duckdb(table, args)
-        for policy in (None, "lottery"):
+        for policy in (None, *getattr(args, "policies", ["lottery"])):
             runs = [run_eddies(table, args, seed, policy) for _ in range(args.repeat)]
             seconds = statistics.median(r[0] for r in runs)
             out, calls = runs[-1][1], max(r[2] for r in runs)
@@ -219,6 +219,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--concurrency", type=int, default=32)
     p.add_argument("--seeds", type=int, default=5)
     p.add_argument("--repeat", type=int, default=3, help="runs per seed and policy (median)")
+    p.add_argument("--policies", type=lambda v: [x for x in v.split(",") if x], default=["lottery"])
     return p
 
 

@@ -13,6 +13,7 @@ from collections import deque
 from eddies.engine.catalog import Catalog
 from eddies.engine.planner import Plan, plan_query
 from eddies.router.routing_table import DestinationKind, RoutingTable
+from eddies.router.stats import RunStats
 from eddies.router.tuple_batch import Signature
 
 MAX_SIGNATURES = 64
@@ -150,9 +151,15 @@ def explain_plan(plan: Plan) -> str:
     return "\n".join(lines)
 
 
-def explain(sql: str, catalog: Catalog) -> str:
+def explain(sql: str, catalog: Catalog, stats: RunStats | None = None) -> str:
     """Describe how ``sql`` would run: AMs, SteMs, SMs, destinations, routing table.
 
-    Raises a subclass of EddiesError for a query that cannot run.
+    With ``stats`` (``run_query(...).stats`` of a run of the query), also what the run
+    observed: seconds per tuple, selectivity and confidence per destination and per
+    signature (eddies.router.estimates). Raises a subclass of EddiesError for a query
+    that cannot run.
     """
-    return explain_plan(plan_query(sql, catalog))
+    text = explain_plan(plan_query(sql, catalog))
+    if stats is not None:
+        text += "\n\n" + "\n".join(stats.format_estimates() or ["(no estimates recorded)"])
+    return text

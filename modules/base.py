@@ -45,9 +45,12 @@ class Module:
                 busy = time.perf_counter() - started
                 if isinstance(outputs, Returned):
                     outputs.busy_seconds = busy
+                    outputs.work = work
                     await to_eddy.send(outputs)
                 else:
-                    await to_eddy.send(Returned(work.destination, outputs, len(work.batch), busy))
+                    await to_eddy.send(
+                        Returned(work.destination, outputs, len(work.batch), busy, work=work)
+                    )
             await self.close()
             ended = True
         finally:

@@ -215,7 +215,7 @@ class IndexAM(Module):
             looked = Signature(sig.span, sig.done, sig.built, 0, sig.looked | 1 << target)
             outputs = [batch.with_signature(looked)]
         busy = time.perf_counter() - started
-        await self._to_eddy.send(Returned(work.destination, outputs, len(batch), busy))
+        await self._to_eddy.send(Returned(work.destination, outputs, len(batch), busy, work=work))
 
     async def _skip_when_scanned(self) -> None:
         await self.scanned.wait()

@@ -80,7 +80,7 @@ class SelectionModule(Module):
                         outputs = await self.process(work)
                         busy = time.perf_counter() - started
                         await to_eddy.send(
-                            Returned(work.destination, outputs, len(work.batch), busy)
+                            Returned(work.destination, outputs, len(work.batch), busy, work=work)
                         )
                     except Exception as exc:  # the first error fails the query, alone
                         if not failure:

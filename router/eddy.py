@@ -51,7 +51,7 @@ import trio
 from eddies.engine.errors import DataSourceError
 from eddies.router.constraints import ConstraintChecker
 from eddies.router.messages import AccessFailed, Returned, SourceBatch, SourceDone, Work
-from eddies.router.policies import RoutingPolicy
+from eddies.router.policies import HOLD, RoutingPolicy
 from eddies.router.routing_table import DestinationKind, RoutingTable
 from eddies.router.stats import RunStats
 from eddies.router.tuple_batch import TupleBatch
@@ -123,6 +123,7 @@ class Eddy:
         self._fresh_of: list[deque[TupleBatch]] = [deque() for _ in sources]
         self._fresh_count = 0
         self.stats = stats
+        stats.estimates = policy.estimates
         self.checker = checker
         self._names = [d.name for d in routing_table.destinations]
         self._module_stats = [stats.modules[n] for n in self._names]
@@ -279,6 +280,11 @@ class Eddy:
                 self._retry = True
                 self._promised -= message.resumed
             if message.rest is not None:
+                # The continuation's answers count towards the Work first routed.
+                origin = message.work
+                if origin is not None:
+                    message.rest.origin = origin.origin or origin
+                    message.rest.routed_at = origin.routed_at
                 self._deferred.append(message.rest)
             returned = sum(len(b) for b in message.outputs)
             stats = self._module_stats[message.destination]
@@ -287,6 +293,7 @@ class Eddy:
             self.policy.on_returned(
                 message.destination, message.tuples_in, returned, message.busy_seconds
             )
+            self.policy.observe(message, time.perf_counter())
             if self.checker is not None:
                 self.checker.check_returned(message.destination, message.tuples_in, message.outputs)
             # An empty batch may still carry EOT tuples, which must be built.
@@ -468,12 +475,15 @@ class Eddy:
         if len(entry.destinations) == 1:
             choice = entry.destinations[0]
         else:
-            choice = self.policy.choose(entry, len(batch), has_room)
+            choice = self.policy.choose(entry, len(batch), has_room, batch.signature)
         if choice is None:
             self._wait(batch, None)
         elif isinstance(choice, np.ndarray):
             for destination, part in batch.split_by(choice).items():
-                self._send_step(destination, part, entry)
+                if destination == HOLD:  # routed afresh after the next answer (pilots)
+                    self._wait(part, None)
+                else:
+                    self._send_step(destination, part, entry)
         else:
             self._send_step(choice, batch, entry)
 
@@ -517,17 +527,16 @@ class Eddy:
         if self.checker is not None:
             self.checker.check_route(batch, destination)
         edge = entry.edge_of(destination)
+        now = time.perf_counter()
         try:
-            self.queues[destination].send_nowait(Work(destination, batch, edge))
+            self.queues[destination].send_nowait(Work(destination, batch, edge, routed_at=now))
         except trio.BrokenResourceError:
             raise _ModuleEnded(self.routing_table.destinations[destination].module) from None
         self._in_flight += 1
         n = len(batch)
-        self.policy.on_routed(destination, n)
+        sig = batch.signature
+        self.policy.on_routed(destination, n, sig)
         stats = self._module_stats[destination]
         stats.tuples_in += n
         stats.batches_in += 1
-        sig = batch.signature
-        self.stats.record_route(
-            time.perf_counter() - self._started, sig.span, sig.done, destination, n, sig.built
-        )
+        self.stats.record_route(now - self._started, sig.span, sig.done, destination, n, sig.built)

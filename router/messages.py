@@ -45,6 +45,9 @@ class Work:
     batch: TupleBatch
     edge: int | None = None
     resume: ProbeCursor | None = None
+    routed_at: float = 0.0  # perf_counter() when the eddy routed it (for latency estimates)
+    # For a continuation: the Work first routed, whose estimate its answers count towards.
+    origin: Work | None = None
 
 
 @dataclass(slots=True)
@@ -59,6 +62,10 @@ class Returned:
     a continuation, a Work the eddy holds and sends back to the same destination when its
     backlog allows (see :class:`~eddies.router.eddy.Eddy`); ``resumed``: in the answer to
     such a resumed Work, the output bound the eddy reserved for it (0 otherwise).
+
+    ``work``: the Work answered (its signature and routing time feed the estimates of
+    :mod:`eddies.router.estimates`; a continuation's answers count towards its
+    ``origin``); None where no single Work is answered (an index AM's matches).
     """
 
     destination: int
@@ -66,6 +73,7 @@ class Returned:
     tuples_in: int
     busy_seconds: float
     final: bool = True
+    work: Work | None = None
     rest: Work | None = None
     resumed: int = 0
 

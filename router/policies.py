@@ -40,12 +40,17 @@ import numpy as np
 
 from eddies.engine.errors import EddiesError
 from eddies.router.access_choice import AccessChooser
+from eddies.router.estimates import Estimates
+from eddies.router.messages import Returned
 from eddies.router.routing_table import Destination, DestinationKind, RouteEntry
+from eddies.router.tuple_batch import Signature
 
-POLICIES = ("static", "random", "naive", "lottery", "lottery-window")
+POLICIES = ("static", "random", "naive", "lottery", "lottery-window", "rank", "bandit")
 
 HasRoom = Callable[[int], bool]
 Choice = int | np.ndarray | None
+#: In a per-tuple choice vector: this tuple waits and is routed afresh after an answer.
+HOLD = -1
 
 
 class RoutingPolicy:
@@ -56,6 +61,10 @@ class RoutingPolicy:
     def __init__(self, destinations: Sequence[Destination], rng: np.random.Generator) -> None:
         self.destinations = destinations
         self.rng = rng
+        # Observed costs and selectivities (every policy keeps them: RunStats shows them).
+        self.estimates = Estimates()
+        self.works_in_flight = 0  # Works sent and not finally answered
+        self.in_flight_at: dict[Signature, int] = {}  # ... per signature
         capacity = {d.id: d.max_batch for d in destinations if d.max_batch is not None}
         self.access = AccessChooser(rng, capacity=capacity)
         probes = {d.target_alias: d.id for d in destinations if d.kind is DestinationKind.PROBE}
@@ -64,16 +73,67 @@ class RoutingPolicy:
             d.id: probes[d.target_alias] for d in destinations if d.kind is DestinationKind.LOOKUP
         }
 
-    def choose(self, entry: RouteEntry, n: int, has_room: HasRoom) -> Choice:
+    def choose(
+        self, entry: RouteEntry, n: int, has_room: HasRoom, signature: Signature | None = None
+    ) -> Choice:
+        """Where the ``n`` tuples of a batch of ``signature`` go: one destination, a vector
+        of n destination ids (the batch is split; ``HOLD`` entries wait and are routed
+        afresh after the next answer), or None (the whole batch waits for that)."""
         raise NotImplementedError  # pragma: no cover
 
     def choose_access(self, candidates: Sequence[int], n: int, has_room: HasRoom) -> int | None:
         """Which of several modules that can do one step gets the batch (None: wait)."""
         return self.access.choose(candidates, n, has_room)
 
-    def on_routed(self, destination: int, tuples: int) -> None:
-        """``tuples`` tuples were put in a destination's queue."""
+    def on_routed(self, destination: int, tuples: int, signature: Signature | None = None) -> None:
+        """``tuples`` tuples (of ``signature``) were put in a destination's queue as one Work."""
         self.access.on_routed(destination, tuples)
+        self.works_in_flight += 1
+        if signature is not None:
+            self.in_flight_at[signature] = self.in_flight_at.get(signature, 0) + 1
+
+    def observe(self, message: Returned, now: float) -> None:
+        """Book a module's answer in :attr:`estimates` (``now``: ``time.perf_counter()``).
+
+        A Work's partial answers, and the answers of its continuations (a SteM probe
+        stopped at its output bound, :attr:`Returned.rest`), are summed and booked as one
+        observation when the last of them arrives; until then the Work is in flight."""
+        work = message.work
+        returned = sum(len(b) for b in message.outputs)
+        origin = None if work is None else (work.origin or work)
+        if not message.final or message.rest is not None:
+            if origin is not None:
+                self.estimates.add_partial(
+                    origin, returned, message.tuples_in, message.busy_seconds
+                )
+            return
+        self.works_in_flight -= 1
+        if origin is None:
+            return
+        sig = origin.batch.signature
+        left = self.in_flight_at.get(sig, 0) - 1
+        if left > 0:
+            self.in_flight_at[sig] = left
+        else:
+            self.in_flight_at.pop(sig, None)
+        latency = now - origin.routed_at if origin.routed_at else 0.0
+        out, n, seconds = self.estimates.pop_partial(origin)
+        returned += out
+        n += message.tuples_in
+        seconds += message.busy_seconds
+        drift = self.estimates.observe(sig, message.destination, n, returned, seconds, latency)
+        self.on_observed(sig, message.destination, n, returned, seconds, drift)
+
+    def on_observed(
+        self,
+        signature: Signature,
+        destination: int,
+        tuples_in: int,
+        tuples_out: int,
+        seconds: float,
+        drift: bool,
+    ) -> None:
+        """An estimate at ``signature`` was updated (``drift``: it restarted); no-op here."""
 
     def on_returned(
         self, destination: int, tuples_in: int, tuples_out: int, busy_seconds: float = 0.0
@@ -115,7 +175,7 @@ class StaticPolicy(RoutingPolicy):
         self._unranked = len(order)
         self._rank = [rank.get(d.name, len(order) + d.id) for d in destinations]
 
-    def choose(self, entry: RouteEntry, n: int, has_room: HasRoom) -> Choice:
+    def choose(self, entry: RouteEntry, n: int, has_room: HasRoom, signature=None) -> Choice:
         return min(entry.destinations, key=self._rank.__getitem__)
 
     def choose_access(self, candidates: Sequence[int], n: int, has_room: HasRoom) -> int | None:
@@ -129,7 +189,7 @@ class RandomPolicy(RoutingPolicy):
 
     name = "random"
 
-    def choose(self, entry: RouteEntry, n: int, has_room: HasRoom) -> Choice:
+    def choose(self, entry: RouteEntry, n: int, has_room: HasRoom, signature=None) -> Choice:
         dests = entry.destinations
         if len(dests) == 1:
             return dests[0]
@@ -143,7 +203,7 @@ class NaivePolicy(RoutingPolicy):
 
     name = "naive"
 
-    def choose(self, entry: RouteEntry, n: int, has_room: HasRoom) -> Choice:
+    def choose(self, entry: RouteEntry, n: int, has_room: HasRoom, signature=None) -> Choice:
         ready = [d for d in entry.destinations if has_room(d)]
         if not ready:
             return None
@@ -162,7 +222,7 @@ class LotteryPolicy(RoutingPolicy):
     def weights(self, dests: list[int]) -> np.ndarray:
         return np.maximum(self.tickets[dests], 1.0)
 
-    def choose(self, entry: RouteEntry, n: int, has_room: HasRoom) -> Choice:
+    def choose(self, entry: RouteEntry, n: int, has_room: HasRoom, signature=None) -> Choice:
         dests = list(entry.destinations)
         ready = [d for d in dests if has_room(d)]
         if not ready:
@@ -216,9 +276,9 @@ class WindowedLotteryPolicy(LotteryPolicy):
                 self.escrow = np.zeros_like(self.escrow)
             self._window_end = now + self.window
 
-    def choose(self, entry: RouteEntry, n: int, has_room: HasRoom) -> Choice:
+    def choose(self, entry: RouteEntry, n: int, has_room: HasRoom, signature=None) -> Choice:
         self._roll()
-        return super().choose(entry, n, has_room)
+        return super().choose(entry, n, has_room, signature)
 
     def book(self, destination: int, tuples_in: int, tuples_out: int) -> None:
         self.escrow[destination] += tuples_in - tuples_out
@@ -245,6 +305,10 @@ def make_policy(
         return LotteryPolicy(destinations, rng)
     if name == "lottery-window":
         return WindowedLotteryPolicy(destinations, rng, window if window is not None else 0.25)
+    if name in ("rank", "bandit"):
+        from eddies.router.learning import BanditPolicy, RankPolicy  # imports this module
+
+        return (RankPolicy if name == "rank" else BanditPolicy)(destinations, rng)
     raise AssertionError(name)  # pragma: no cover - check_policy_options knows POLICIES
 
 

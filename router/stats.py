@@ -14,6 +14,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from eddies.router.estimates import Estimates
 from eddies.router.query_graph import QueryGraph
 from eddies.router.routing_table import Destination
 from eddies.router.udf_calls import UdfStats
@@ -76,6 +77,8 @@ class RunStats:
     functions: dict[str, UdfStats] = field(default_factory=dict)
     # Per stream table, its eddies.modules.window.StreamClock (late and evicted rows).
     windows: dict[str, Any] = field(default_factory=dict)
+    # Observed costs and selectivities (eddies.router.estimates.Estimates), set by the eddy.
+    estimates: Estimates | None = None
     # Most tuples the eddy held at once in its priority buffer and waiting for full queues
     # (intermediate results between modules; see eddies.router.eddy, bounded backlog).
     peak_buffered_tuples: int = 0
@@ -204,6 +207,8 @@ class RunStats:
         if self.failures:
             lines += ["", "access methods that failed (the eddy failed over):"]
             lines += [f"  {error}" for error in self.failures]
+        if self.estimates is not None and self.estimates.by_destination:
+            lines += ["", *self.format_estimates()]
         lines += ["", "routing choices per signature (span | done -> destination: tuples)"]
         for (span, done), per_dest in sorted(self.routing_summary().items()):
             total = sum(per_dest.values())
@@ -213,3 +218,29 @@ class RunStats:
             )
             lines.append(f"  {span} | {done} -> {choices}")
         return "\n".join(lines)
+
+    def describe_signature(self, sig) -> str:
+        """``span {…} done {…}`` (and flags) of a Signature, in the query's names."""
+        g = self.graph
+        span = ",".join(g.alias_names(sig.span))
+        done = ",".join(g.predicate_names(sig.done)) or "-"
+        flags = "" if sig.built else " (unbuilt)"
+        if sig.prior:
+            flags += f" (prior of {','.join(g.alias_names(sig.prior))})"
+        if sig.looked:
+            flags += f" (looked up {','.join(g.alias_names(sig.looked))})"
+        if sig.floating:
+            flags += " (floating)"
+        return f"span {{{span}}}{flags} done {{{done}}}"
+
+    def format_estimates(self) -> list[str]:
+        """The observed costs and selectivities (eddies.router.estimates), as text lines:
+        per destination over the whole run, then per signature; decayed, so they describe
+        the end of the run. ± columns are standard errors; weight is decayed tuples."""
+        if self.estimates is None:
+            return []
+        names = [d.name for d in self.destinations]
+        return [
+            f"observed estimates (half-life {self.estimates.half_life:.0f} tuples):",
+            *self.estimates.format_rows(names, self.describe_signature),
+        ]

@@ -30,6 +30,7 @@ from hypothesis.internal.conjecture import engine as _hypothesis_engine
 from oracle import assert_same_bag, assert_same_ordered, duckdb_table, make_catalog
 
 from eddies.engine import POLICIES, execute, explain
+from eddies.router.learning import LEARNING_POLICIES
 
 MAX_EXAMPLES = int(os.environ.get("EDDIES_DIFF_EXAMPLES", "40"))
 
@@ -362,7 +363,7 @@ def scenarios(draw, n_refs: int) -> Scenario:
         tables=tables,
         seed=draw(st.integers(0, 2**31 - 1)),
         extra_policy=draw(st.sampled_from(POLICIES)),
-        extra_batch_size=draw(st.sampled_from([2, 3, 5, 8])),
+        extra_batch_size=draw(st.sampled_from([2, 3, 5, 7, 8])),
         order_seed=draw(st.integers(0, 10**6)),
         order_keys=order_keys,
         notes=notes,
@@ -383,11 +384,14 @@ def static_order(sql: str, cat, seed: int) -> list[str]:
 
 
 def run_everywhere(sc: Scenario) -> None:
-    """Every policy with batch_size None and 1 (debug); then one run with a small batch size
-    under a drawn policy and one static run with a drawn destination order."""
+    """Every policy with batch_size None and 1 (debug), the learning policies (pilot
+    batches) also with 7; then one run with a small batch size under a drawn policy and
+    one static run with a drawn destination order."""
     expected = duckdb_table(sc.sql, sc.tables)
     cat = make_catalog(sc.tables)
     runs = [(policy, bs, None) for bs in (None, 1) for policy in POLICIES]
+    # The learning policies pilot and split batches: also at a small odd batch size.
+    runs += [(policy, 7, None) for policy in LEARNING_POLICIES]
     runs.append((sc.extra_policy, sc.extra_batch_size, None))
     runs.append(("static", sc.extra_batch_size, static_order(sc.sql, cat, sc.order_seed)))
     for policy, bs, order in runs:

@@ -1,0 +1,231 @@
+"""Unit tests for the estimates (router/estimates.py) and the learning policies
+(router/learning.py): synthetic observations, counted in tuples, never wall time."""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+from eddies.engine import Catalog, explain, run_query
+from eddies.engine.planner import plan_query
+from eddies.router.estimates import Estimates
+from eddies.router.learning import (
+    HORIZON_SECONDS,
+    SMALL_WORK_SECONDS,
+    SPLIT_COST_SECONDS,
+    BanditPolicy,
+    RankPolicy,
+    pilot_size,
+)
+from eddies.router.messages import Returned, Work
+from eddies.router.policies import HOLD
+from eddies.router.routing_table import RouteEntry
+from eddies.router.tuple_batch import Signature, singleton_batch
+
+SIG = Signature(1, 0, True)
+
+
+def test_estimate_counts_tuples_and_follows_a_change_by_half_life():
+    est = Estimates(half_life=1000)
+    for _ in range(20):  # 10% pass, 2 µs a tuple
+        assert not est.observe(SIG, 0, 100, 10, 100 * 2e-6)
+    e = est.get(SIG, 0)
+    assert e.selectivity == pytest.approx(0.1)
+    assert e.cost == pytest.approx(2e-6)
+    assert e.observations == 20
+    # Each observation ages the earlier ones by 0.5 ** (100 / 1000).
+    assert e.tuples == pytest.approx(sum(100 * 0.5 ** (m / 10) for m in range(1, 21)))
+    # A change too small to be drift (10% -> 16%) is followed by decay, at the half-life.
+    for _ in range(2):
+        assert not est.observe(SIG, 0, 100, 16, 100 * 2e-6)
+    assert est.get(SIG, 0).selectivity < 0.12
+    for _ in range(28):
+        assert not est.observe(SIG, 0, 100, 16, 100 * 2e-6)
+    # 3,000 tuples = 3 half-lives: the old 10% weighs 1/8 of what it did.
+    assert 0.15 < est.get(SIG, 0).selectivity < 0.155
+    assert est.get(SIG, 0).drifts == 0
+
+
+def test_estimate_weight_decays_while_siblings_are_observed():
+    est = Estimates(half_life=500)
+    est.observe(SIG, 0, 200, 20, 1e-4)
+    est.observe(SIG, 1, 500, 50, 1e-4)  # 700 tuples at the signature since arm 0 was seen
+    assert est.weight(SIG, 0) == pytest.approx(200 * 0.5 ** (700 / 500))
+    assert est.get(SIG, 0).selectivity == pytest.approx(0.1)  # ratios survive decay
+    assert est.weight(Signature(2, 0, True), 0) == 0.0
+
+
+def test_drift_restarts_the_estimate_and_is_reported():
+    est = Estimates(half_life=10_000)
+    for _ in range(10):
+        assert not est.observe(SIG, 0, 500, 25, 1e-3)  # 5%
+    assert est.observe(SIG, 0, 500, 475, 1e-3)  # 95%: drift
+    e = est.get(SIG, 0)
+    assert e.drifts == 1 and e.selectivity == pytest.approx(0.95)
+    assert e.tuples == pytest.approx(500 * 0.5 ** (500 / 10_000))  # only the new one
+    # Noise of a binomial 50% estimate does not count as drift.
+    est2 = Estimates()
+    rng = np.random.default_rng(0)
+    drifts = sum(est2.observe(SIG, 0, 200, int(rng.binomial(200, 0.5)), 1e-3) for _ in range(300))
+    assert drifts == 0
+
+
+def test_partial_answers_count_for_their_work():
+    est = Estimates()
+    work = object()
+    est.add_partial(work, 30)
+    est.add_partial(work, 12)
+    assert est.pop_partial(work)[0] == 42 and est.pop_partial(work) == (0, 0, 0.0)
+
+
+def _policy(cls, sql="SELECT * FROM r WHERE r.x > 1 AND r.k < 3"):
+    cat = Catalog()
+    cat.add_table("r", pa.table({"k": [1, 2, 3], "x": [1, 5, 9]}))
+    p = plan_query(sql, cat)
+    return cls(p.destinations, np.random.default_rng(0))
+
+
+def _answer(policy, dest, n, out, seconds):
+    """Route and answer one Work of n tuples at SIG (as the eddy does)."""
+    batch = singleton_batch(0, np.arange(n), built=True)
+    work = Work(dest, batch, None)
+    policy.on_routed(dest, n, SIG)
+    policy.on_returned(dest, n, out, seconds)
+    policy.observe(Returned(dest, [batch.take(np.arange(out))], n, seconds, work=work), 0.0)
+
+
+ENTRY = RouteEntry((0, 1), (None, None))
+
+
+def test_rank_pilots_first_then_orders_by_cost_over_one_minus_selectivity():
+    policy = _policy(RankPolicy)
+    pilot = pilot_size(4096)
+    choice = policy.choose(ENTRY, 4096, lambda d: True, SIG)
+    assert isinstance(choice, np.ndarray)
+    assert (choice == 0).sum() == pilot and (choice == 1).sum() == pilot
+    assert (choice == HOLD).sum() == 4096 - 2 * pilot  # no blind commitment
+    # While the pilots are out, the rest waits.
+    policy.on_routed(0, pilot, SIG)
+    assert policy.choose(ENTRY, 100, lambda d: True, SIG) is None
+    # Arm 0: 10 µs/tuple, keeps 50% (rank −0.5/1e-5); arm 1: 40 µs, keeps 1% (−0.99/4e-5).
+    policy.works_in_flight = 0
+    policy.in_flight_at.clear()
+    _answer(policy, 0, pilot, pilot // 2, pilot * 1e-5)
+    _answer(policy, 1, pilot, 1, pilot * 4e-5)
+    assert policy.rank(SIG, 0) < policy.rank(SIG, 1)
+    first = np.asarray(policy.choose(ENTRY, 40_960, lambda d: True, SIG))
+    sent = first[first != HOLD] if first.ndim else first
+    assert np.all(sent == 0)
+    # 40,960 tuples at 10 µs: 0.4 s of work, split; the chunk grows with the answers.
+    assert 0 < len(sent) < 40_960
+
+
+def test_cheap_work_goes_whole_and_expensive_work_in_bounded_chunks():
+    """Splitting costs module visits: below SMALL_WORK_SECONDS of estimated work, or at a
+    free choice (below SPLIT_COST_SECONDS a tuple), a known choice gets the whole batch;
+    otherwise at most HORIZON_SECONDS of work per decision."""
+    policy = _policy(RankPolicy)
+    for arm, cost in ((0, 1e-6), (1, 2e-6)):
+        _answer(policy, arm, 512, 100, 512 * cost)
+    assert policy.choose(ENTRY, 1000, lambda d: True, SIG) == 0  # 1 ms of work: unsplit
+    assert policy.choose(ENTRY, 100_000, lambda d: True, SIG) == 0  # 100 ms, but free
+    assert SPLIT_COST_SECONDS > 2e-6
+    slow = _policy(RankPolicy)
+    for arm, cost in ((0, 1e-4), (1, 2e-4)):
+        _answer(slow, arm, 512, 100, 512 * cost)
+    for _ in range(10):  # confident: level grown to whole batches, bounded by the horizon
+        _answer(slow, 0, 512, 100, 512 * 1e-4)
+    choice = slow.choose(ENTRY, 100_000, lambda d: True, SIG)
+    assert isinstance(choice, np.ndarray)
+    assert (choice == 0).sum() == int(HORIZON_SECONDS / 1e-4) and (choice == 1).sum() == 0
+    assert SMALL_WORK_SECONDS < HORIZON_SECONDS
+
+
+def test_a_continuation_counts_towards_the_work_first_routed():
+    """A SteM probe stopped at its output bound answers in parts (Returned.rest): the
+    estimate books one observation with all parts' tuples in, tuples out and seconds."""
+    policy = _policy(RankPolicy)
+    batch = singleton_batch(0, np.arange(100), built=True)
+    work = Work(0, batch, None, routed_at=1.0)
+    policy.on_routed(0, 100, SIG)
+    rest = Work(0, batch.take(slice(40, None)), None, origin=work, routed_at=1.0)
+    out = batch.take(np.arange(30))
+    policy.observe(Returned(0, [out], 40, 0.25, work=work, rest=rest), 2.0)
+    assert policy.estimates.get(SIG, 0) is None and policy.works_in_flight == 1
+    policy.observe(Returned(0, [out, out], 60, 0.5, work=rest), 3.0)
+    e = policy.estimates.get(SIG, 0)
+    assert e.observations == 1 and e.selectivity == pytest.approx(0.9)
+    assert e.cost == pytest.approx(0.0075) and e.latency_per_work == pytest.approx(2.0)
+    assert policy.works_in_flight == 0 and not policy.in_flight_at
+
+
+def test_rank_per_tuple_never_holds():
+    policy = _policy(RankPolicy)
+    picks = [policy.choose(ENTRY, 1, lambda d: True, SIG) for _ in range(2)]
+    assert sorted(picks) == [0, 1]  # one pilot tuple each, nothing held
+    assert policy.choose(ENTRY, 1, lambda d: True, SIG) in (0, 1)
+
+
+def _bandit_run(policy, phases, rounds, rng):
+    """Feed ``rounds`` pulls per phase; phases: list of {arm: selectivity}; cost 1 µs."""
+    history = []
+    for sel in phases:
+        for _ in range(rounds):
+            arm = policy.pick(SIG, (0, 1))
+            n = 64
+            _answer(policy, arm, n, int(rng.binomial(n, sel[arm])), n * 1e-6)
+            history.append(arm)
+    return history
+
+
+def test_bandit_converges_to_the_better_arm_and_adapts_after_a_swap():
+    rng = np.random.default_rng(7)
+    policy = _policy(BanditPolicy)
+    history = _bandit_run(policy, [{0: 0.1, 1: 0.9}, {0: 0.9, 1: 0.1}], 600, rng)
+    first, second = np.asarray(history[:600]), np.asarray(history[600:])
+    assert (first[300:] == 0).mean() > 0.8  # converged to arm 0
+    # After the swap it moves to arm 1 within 200 pulls of 64 tuples (< one half-life).
+    assert (second[200:] == 1).mean() > 0.8
+    assert (second[100:200] == 1).mean() > 0.3
+
+
+def test_learning_policies_route_correctly_and_show_estimates():
+    rng = np.random.default_rng(1)
+    cat = Catalog()
+    cat.add_table("r", pa.table({"k": rng.integers(0, 50, 3000), "x": rng.integers(0, 99, 3000)}))
+    cat.add_table("s", pa.table({"k": rng.integers(0, 50, 3000), "y": rng.integers(0, 99, 3000)}))
+    sql = "SELECT count(*) FROM r, s WHERE r.k = s.k AND r.x < 50 AND s.y < 30"
+    expected = None
+    for policy in ("rank", "bandit", "lottery"):
+        for bs in (None, 7, 500):
+            run = run_query(sql, cat, policy=policy, batch_size=bs, seed=3)
+            value = run.table.column(0)[0].as_py()
+            expected = value if expected is None else expected
+            assert value == expected, (policy, bs)
+    text = run.stats.format()
+    assert "observed estimates" in text and "at span {r}" in text
+    sm = run.stats.estimates.by_destination
+    assert sum(e.observations for e in sm.values()) > 0
+    after = explain(sql, cat, stats=run.stats)
+    assert "observed estimates" in after and "probe:" in after.split("observed estimates")[1]
+
+
+def test_the_rest_stops_waiting_once_an_observed_choice_outranks_a_pilot_still_out():
+    """A pilot of k tuples out for t seconds has rank >= -k/t (a censored observation): an
+    observed choice with a lower rank gets the rest without waiting for that pilot."""
+    policy = _policy(RankPolicy)
+    choice = policy.choose(ENTRY, 4096, lambda d: True, SIG)
+    assert isinstance(choice, np.ndarray)  # pilots to both, the rest held
+    policy.on_routed(0, 16, SIG)
+    policy.on_routed(1, 16, SIG)
+    _answer(policy, 0, 16, 1, 16 * 1e-6)  # arm 0 answered: 1 µs/tuple, keeps 6%
+    state = policy._state[SIG]
+    assert set(state.piloting) == {1}
+    sent_at, tuples = state.piloting[1]
+    state.piloting[1] = (sent_at + 1e9, tuples)  # sent "in the future": no bound yet
+    assert policy.choose(ENTRY, 4000, lambda d: True, SIG) is None
+    # Out for 1e9 s: arm 1 costs at least 1e9 s / 16 tuples, so whatever it keeps, arm 0
+    # (rank -0.94 / 1e-6) goes first.
+    state.piloting[1] = (sent_at - 1e9, tuples)
+    assert policy.choose(ENTRY, 4000, lambda d: True, SIG) == 0
