@@ -33,7 +33,10 @@ class RunOptions:
     engine's default). seed: a non-negative int that makes the policy's draws and the task
     scheduling repeatable, so a run routes the same way again (not with sync UDFs or
     lottery-window, which depend on timing). debug: check the routing constraints on every
-    step. queue_capacity: batches per module input queue, a positive int.
+    step. queue_capacity: batches per module input queue, a positive int. inline_visits:
+    whether the eddy calls modules that never wait (SteMs, SMs without UDFs) directly
+    instead of through their queues (None: yes, except under ``naive``, whose routing is
+    back-pressure on those queues alone).
 
     Raises EddiesError naming the option and the bad value; ``True`` is not a number here.
     """
@@ -45,6 +48,7 @@ class RunOptions:
     order: tuple[str, ...] | None = None
     window: float | None = None
     queue_capacity: int | None = None
+    inline_visits: bool | None = None
 
     def __post_init__(self) -> None:
         _check_int(self, "batch_size", minimum=1)
@@ -52,6 +56,10 @@ class RunOptions:
         _check_int(self, "queue_capacity", minimum=1)
         if not isinstance(self.debug, bool):
             raise EddiesError(f"debug must be True or False, got {self.debug!r}")
+        if self.inline_visits is not None and not isinstance(self.inline_visits, bool):
+            raise EddiesError(
+                f"inline_visits must be True, False or None, got {self.inline_visits!r}"
+            )
         if self.order is not None:
             if isinstance(self.order, str | bytes) or not isinstance(self.order, Sequence):
                 raise EddiesError(
@@ -65,6 +73,13 @@ class RunOptions:
         if self.window is not None:
             object.__setattr__(self, "window", check_positive("window", self.window))
         check_policy_options(self.policy, self.order, self.window)
+
+    @property
+    def inlined(self) -> bool:
+        """Whether modules that never wait are visited inline (see ``inline_visits``)."""
+        if self.inline_visits is not None:
+            return self.inline_visits
+        return self.policy != "naive"
 
     @classmethod
     def names(cls) -> tuple[str, ...]:

@@ -11,6 +11,7 @@ modules return flows back to the eddy through one inbox.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -20,7 +21,7 @@ import trio
 from eddies.engine.commit_points import CommitPoints
 from eddies.engine.options import RunOptions
 from eddies.engine.planner import Plan
-from eddies.modules.base import Module
+from eddies.modules.base import Module, process_inline
 from eddies.modules.index_am import IndexAM
 from eddies.modules.output import OutputModule
 from eddies.modules.scan import ScanAM
@@ -154,6 +155,11 @@ def lower(
         scanned,
         stems,
         on_idle=commits.changed if commits is not None else None,
+        inline={
+            d.id: functools.partial(process_inline, modules[d.module])
+            for d in plan.destinations
+            if options.inlined and modules[d.module].inline
+        },
     )
     return Lowered(
         modules,

@@ -26,7 +26,7 @@ import pyarrow as pa
 import trio
 
 from eddies.engine.errors import EddiesError, QueryTypeError
-from eddies.modules.base import Module, gather_columns, run_vectorized
+from eddies.modules.base import Module, gather_columns, run_vectorized, vectorized_inline
 from eddies.router.expressions import evaluate, evaluate_async, mask_of
 from eddies.router.messages import Returned, Work
 from eddies.router.query_graph import Predicate
@@ -61,6 +61,11 @@ class SelectionModule(Module):
         self._has_udf = bool(calls)
         slots = sum(c.spec.max_concurrency or 1 for c in calls)
         self.works_in_flight = max(WORKS_MIN, WORKS_PER_CALL_SLOT * slots) if calls else 1
+
+    @property
+    def inline(self) -> bool:
+        """A predicate without UDF calls is evaluated without waiting."""
+        return not self._has_udf and vectorized_inline()
 
     async def serve(
         self, inbox: trio.MemoryReceiveChannel, to_eddy: trio.MemorySendChannel

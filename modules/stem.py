@@ -58,8 +58,9 @@ import numpy as np
 import pyarrow as pa
 import trio
 
-from eddies.modules.base import Module, run_vectorized
+from eddies.modules.base import Module, run_vectorized, vectorized_inline
 from eddies.modules.key_encoding import (
+    KIND_INT,
     KeyDictionary,
     encode_column,
     key_kind,
@@ -179,6 +180,11 @@ class ColumnIndex:
         codes: list[np.ndarray] = []
         valid: np.ndarray | None = None
         for col, kind, dictionary in zip(columns, self.kinds, self.dictionaries, strict=True):
+            if kind == KIND_INT:
+                whole = store.int64_column(col)
+                if whole is not None:  # no NULLs: plain NumPy indexing
+                    codes.append(whole[row_ids])
+                    continue
             values = store.gather(col, row_ids)
             mask = validity(values)
             if mask is not None:
@@ -252,6 +258,11 @@ class SteM(Module):
 
     def __len__(self) -> int:
         return len(self._rows)
+
+    @property
+    def inline(self) -> bool:
+        """Builds and probes never wait (in-memory), unless vectorized work is offloaded."""
+        return vectorized_inline()
 
     async def process(self, work: Work) -> list[TupleBatch] | Returned:
         """Build the batch, or probe it (see the module docstring on bounded probes)."""
@@ -546,7 +557,7 @@ class SteM(Module):
         counts = np.minimum(index.index.counts(keys, bounds), span)
         if valid is not None:
             counts[~valid] = 0  # NULL never joins
-        return counts, (*keyed, bounds)
+        return counts, (*keyed, bounds, (lo, hi))
 
     def _matches(
         self,
@@ -558,7 +569,10 @@ class SteM(Module):
     ):
         """Candidate (probe index, stored position) pairs in the tuples' windows, which
         enforce the TimeStamp rule (or a floating tuple's LastMatchTimeStamp)."""
-        lo, hi = self._window(batch, target, horizon)
+        if keyed is not None and len(keyed) > 5:  # from _candidate_counts
+            lo, hi = keyed[5]
+        else:
+            lo, hi = self._window(batch, target, horizon)
         if predicate is None:  # cross product: every stored tuple in the window
             counts = np.maximum(hi - lo, 0)
             probe_idx = np.repeat(np.arange(len(batch), dtype=np.int64), counts)

@@ -112,6 +112,7 @@ class Eddy:
         scanned: dict[str, trio.Event] | None = None,
         stems: dict | None = None,
         on_idle: Callable[[], None] | None = None,
+        inline: dict[int, Callable[[Work], Returned]] | None = None,
     ) -> None:
         self.routing_table = routing_table
         self.policy = policy
@@ -158,6 +159,12 @@ class Eddy:
         self.on_idle = on_idle
         self.ended = False
         self._inbox: trio.MemoryReceiveChannel | None = None
+        # Destinations whose module never waits (SteMs, SMs without UDFs): the eddy calls
+        # them directly, the PostgreSQL eddy's function-call visits, instead of a queue
+        # hop each way (see _send). Their queues stay empty, so they always have room.
+        self._inline: list[Callable[[Work], Returned] | None] = [
+            (inline or {}).get(d.id) for d in routing_table.destinations
+        ]
 
     def has_room(self, destination: int) -> bool:
         stats = self.queues[destination].statistics()
@@ -344,12 +351,18 @@ class Eddy:
         checked when first routed); reserve its output bound until it answers."""
         work = self._deferred.popleft()
         assert work.resume is not None
-        try:
-            self.queues[work.destination].send_nowait(work)
-        except trio.BrokenResourceError:
-            raise _ModuleEnded(self.routing_table.destinations[work.destination].module) from None
+        visit = self._inline[work.destination]
+        if visit is None:
+            try:
+                self.queues[work.destination].send_nowait(work)
+            except trio.BrokenResourceError:
+                raise _ModuleEnded(
+                    self.routing_table.destinations[work.destination].module
+                ) from None
         self._in_flight += 1
         self._promised += work.resume.limit
+        if visit is not None:
+            self._accept(visit(work))
 
     def _buffer(self, batch: TupleBatch) -> None:
         """Queue a returned batch in the priority buffer (routed before new source tuples)."""
@@ -526,12 +539,14 @@ class Eddy:
             return
         if self.checker is not None:
             self.checker.check_route(batch, destination)
-        edge = entry.edge_of(destination)
         now = time.perf_counter()
-        try:
-            self.queues[destination].send_nowait(Work(destination, batch, edge, routed_at=now))
-        except trio.BrokenResourceError:
-            raise _ModuleEnded(self.routing_table.destinations[destination].module) from None
+        work = Work(destination, batch, entry.edge_of(destination), routed_at=now)
+        visit = self._inline[destination]
+        if visit is None:
+            try:
+                self.queues[destination].send_nowait(work)
+            except trio.BrokenResourceError:
+                raise _ModuleEnded(self.routing_table.destinations[destination].module) from None
         self._in_flight += 1
         n = len(batch)
         sig = batch.signature
@@ -540,3 +555,5 @@ class Eddy:
         stats.tuples_in += n
         stats.batches_in += 1
         self.stats.record_route(now - self._started, sig.span, sig.done, destination, n, sig.built)
+        if visit is not None:
+            self._accept(visit(work))

@@ -72,6 +72,15 @@ class RoutingPolicy:
         self.credit_to = {
             d.id: probes[d.target_alias] for d in destinations if d.kind is DestinationKind.LOOKUP
         }
+        # Only index AMs and the SteM probes of their tables are ever alternatives of one
+        # another (see RouteEntry.alternatives): the chooser needs no other counts.
+        lookup_tables = {d.table for d in destinations if d.kind is DestinationKind.LOOKUP}
+        self._chosen_among = {
+            d.id
+            for d in destinations
+            if d.kind is DestinationKind.LOOKUP
+            or (d.kind is DestinationKind.PROBE and d.table in lookup_tables)
+        }
 
     def choose(
         self, entry: RouteEntry, n: int, has_room: HasRoom, signature: Signature | None = None
@@ -87,7 +96,8 @@ class RoutingPolicy:
 
     def on_routed(self, destination: int, tuples: int, signature: Signature | None = None) -> None:
         """``tuples`` tuples (of ``signature``) were put in a destination's queue as one Work."""
-        self.access.on_routed(destination, tuples)
+        if destination in self._chosen_among:
+            self.access.on_routed(destination, tuples)
         self.works_in_flight += 1
         if signature is not None:
             self.in_flight_at[signature] = self.in_flight_at.get(signature, 0) + 1
@@ -144,7 +154,8 @@ class RoutingPolicy:
         # only hand probe tuples back.
         final_lookup = tuples_in and destination in self.credit_to
         results = 0 if final_lookup else tuples_out
-        self.access.on_returned(destination, tuples_in, results, busy_seconds)
+        if destination in self._chosen_among:
+            self.access.on_returned(destination, tuples_in, results, busy_seconds)
         self.book(destination, tuples_in, tuples_out)
         step = self.credit_to.get(destination)
         if step is not None:

@@ -31,6 +31,7 @@ class TableStore:
         self._layout = _Layout(self._table)
         self._preloaded = False
         self._columns: dict[str, pa.Array] = {}
+        self._int64: dict[str, np.ndarray | None] = {}
 
     @classmethod
     def preloaded(cls, name: str, table: pa.Table) -> TableStore:
@@ -64,6 +65,7 @@ class TableStore:
         self._layout = _Layout(table)
         self._table = table
         self._columns.clear()
+        self._int64.clear()
 
     def compact(self, kept: np.ndarray) -> None:
         """Keep only the rows ``kept`` (row ids, in the order wanted); they become rows
@@ -88,6 +90,25 @@ class TableStore:
             col = chunked.chunk(0) if chunked.num_chunks == 1 else chunked.combine_chunks()
             self._columns[name] = col
         return col
+
+    def int64_column(self, name: str) -> np.ndarray | None:
+        """The whole column as int64 NumPy values, for gathers by plain indexing (a SteM's
+        join keys); None unless the store is preloaded in one chunk and the column is an
+        integer type without NULLs that fits int64. Zero-copy for int64 columns, else
+        converted once and cached; an Arrow ``take`` per probe costs ~25 µs more."""
+        if name in self._int64:
+            return self._int64[name]
+        values = None
+        if self._preloaded and self._layout.num_chunks == 1:
+            col = self._table.column(name).chunk(0)
+            kind = col.type
+            fits = pa.types.is_signed_integer(kind) or (
+                pa.types.is_unsigned_integer(kind) and kind.bit_width <= 32
+            )
+            if fits and col.null_count == 0:
+                values = col.to_numpy(zero_copy_only=False).astype(np.int64, copy=False)
+        self._int64[name] = values
+        return values
 
     def gather(self, name: str, row_ids: np.ndarray) -> pa.Array:
         """Values of column ``name`` at ``row_ids`` (a slice when the ids are a range)."""

@@ -126,8 +126,11 @@ def test_debug_mode_catches_a_steM_that_breaks_the_timestamp_rule(monkeypatch):
         return [TupleBatch(sig, rows, batch.ts[probe_idx])] if len(pos) else []
 
     monkeypatch.setattr(SteM, "probe", no_timestamp_rule)
+    # Through the modules' queues, with a task schedule (seed) where an s tuple probes r's
+    # SteM while newer r tuples are built: visited inline, returned tuples go first, so
+    # here every batch probes before any newer tuple is built.
     with pytest.raises(ConstraintViolation, match="TimeStamp"):
-        execute(sql, cat, debug=True, batch_size=2)
+        execute(sql, cat, debug=True, batch_size=2, inline_visits=False, seed=3)
 
 
 def _entry(*dests: int) -> RouteEntry:
