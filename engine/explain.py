@@ -42,6 +42,8 @@ def _successors(plan: Plan, table: RoutingTable, sig: Signature) -> list[Signatu
         elif dest.kind is DestinationKind.SM:
             bit = graph.predicates[dest.predicate].bit
             out.append(dataclasses.replace(sig, done=sig.done | bit))
+        elif dest.kind is DestinationKind.FILTER:
+            out.append(dataclasses.replace(sig, done=sig.done | dest.bit))
         elif dest.kind is DestinationKind.PROBE and sig.floating:
             bit = graph.predicates[edge].bit if edge is not None else 0
             span = sig.span | 1 << dest.target_alias
@@ -98,6 +100,16 @@ def explain_plan(plan: Plan) -> str:
         lines.append(f"  {p.name}: {p.sql}  [{', '.join(graph.alias_names(p.alias_mask))}]{role}")
     if not graph.predicates:
         lines.append("  none")
+    filters = [d for d in plan.destinations if d.kind is DestinationKind.FILTER]
+    if filters:
+        lines += ["", "SteM filters (semi-joins; offered once the SteM holds its table):"]
+        for d in filters:
+            p = graph.predicates[d.predicate]
+            other = graph.aliases[p.edge.other(d.target_alias)].name
+            lines.append(
+                f"  {d.name}: tuples spanning {other} and not {graph.aliases[d.target_alias].name}"
+                f" pass only if stem:{d.table} holds their {p.name} key"
+            )
     lines += [
         "",
         "destinations (default static order): " + ", ".join(d.name for d in plan.destinations),

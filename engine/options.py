@@ -36,7 +36,8 @@ class RunOptions:
     step. queue_capacity: batches per module input queue, a positive int. inline_visits:
     whether the eddy calls modules that never wait (SteMs, SMs without UDFs) directly
     instead of through their queues (None: yes, except under ``naive``, whose routing is
-    back-pressure on those queues alone).
+    back-pressure on those queues alone). filters: whether SteM filters (semi-joins by a
+    complete SteM's join keys, see :mod:`eddies.router.routing_table`) may be offered.
 
     Raises EddiesError naming the option and the bad value; ``True`` is not a number here.
     """
@@ -49,6 +50,7 @@ class RunOptions:
     window: float | None = None
     queue_capacity: int | None = None
     inline_visits: bool | None = None
+    filters: bool = True
 
     def __post_init__(self) -> None:
         _check_int(self, "batch_size", minimum=1)
@@ -56,6 +58,8 @@ class RunOptions:
         _check_int(self, "queue_capacity", minimum=1)
         if not isinstance(self.debug, bool):
             raise EddiesError(f"debug must be True or False, got {self.debug!r}")
+        if not isinstance(self.filters, bool):
+            raise EddiesError(f"filters must be True or False, got {self.filters!r}")
         if self.inline_visits is not None and not isinstance(self.inline_visits, bool):
             raise EddiesError(
                 f"inline_visits must be True, False or None, got {self.inline_visits!r}"

@@ -576,8 +576,44 @@ def _destinations(graph: QueryGraph) -> list[Destination]:
                         max_batch=max(LOOKUP_WORK_MIN, LOOKUP_WORK_PER_LOOKUP * am.max_concurrency),
                     )
                 )
+    dests += _filters(graph, len(dests))
     dests.append(Destination(len(dests), "output", DestinationKind.OUTPUT, "output"))
     return dests
+
+
+def _filters(graph: QueryGraph, first_id: int) -> list[Destination]:
+    """SteM filters (see eddies.router.routing_table): one per equi-join edge and side
+    whose table has one alias, one AM (a scan) and a SteM; none when a table is never
+    built (relaxed BuildFirst: the floating tuples make every result). Their Done bits
+    follow the predicates' bits."""
+    if graph.unbuilt:
+        return []
+    filters: list[Destination] = []
+    for p in graph.predicates:
+        if p.edge is None:
+            continue
+        for target in (p.edge.left, p.edge.right):
+            table = graph.aliases[target].table
+            if (
+                table not in graph.stem_tables
+                or len(graph.aliases_of(table)) != 1
+                or graph.deduplicates(table)
+                or not graph.has_scan(table)
+            ):
+                continue
+            filters.append(
+                Destination(
+                    first_id + len(filters),
+                    f"filter:{graph.aliases[target].name}@{p.name}",
+                    DestinationKind.FILTER,
+                    f"stem:{table}",
+                    table=table,
+                    target_alias=target,
+                    predicate=p.index,
+                    bit=1 << (len(graph.predicates) + len(filters)),
+                )
+            )
+    return filters
 
 
 # ---------------------------------------------------------------------------------------

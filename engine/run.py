@@ -31,7 +31,7 @@ from eddies.modules.window import StreamClock
 from eddies.router.constraints import ConstraintChecker
 from eddies.router.eddy import Eddy, Source
 from eddies.router.policies import make_policy
-from eddies.router.routing_table import DestinationKind, RoutingTable
+from eddies.router.routing_table import Destination, DestinationKind, RoutingTable
 from eddies.router.stats import LookupStats, RunStats
 from eddies.sources.stream import StreamTable
 from eddies.sources.table_store import TableStore
@@ -105,13 +105,20 @@ def lower(
     # Set when a scan of the table has delivered every row: its index AMs stop looking up,
     # and (relaxed BuildFirst) its SteM can tell when it is complete.
     # Relaxed BuildFirst chosen at run time: builds no later tuple can need are skipped.
-    ledger = BuildLedger(stats.build_skipped) if BuildLedger.applies(graph, bool(streams)) else None
+    skipping = BuildLedger.applies(graph, bool(streams))
+    # SteM filters of tables that are not streams (a stream's SteM is never complete).
+    filters = [
+        d
+        for d in plan.destinations
+        if d.kind is DestinationKind.FILTER and options.filters and d.table not in streams
+    ]
+    ledger = BuildLedger(stats.build_skipped, skipping) if skipping or filters else None
     scanned = {
         table: trio.Event()
         for table, entry in plan.tables.items()
         if entry.scans and (entry.indexes or graph.unbuilt or ledger is not None)
     }
-    stems = _stems(plan, stores, scanned, alias_clocks, ledger)
+    stems = _stems(plan, stores, scanned, alias_clocks, ledger, filters)
     modules: dict[str, Module] = {f"stem:{t}": stem for t, stem in stems.items()}
     for p in graph.predicates:
         modules[p.name] = SelectionModule(p, stores, ledger)
@@ -155,6 +162,7 @@ def lower(
         scanned,
         stems,
         on_idle=commits.changed if commits is not None else None,
+        filters={d.id: stems[d.table].filter_ready for d in filters},
         inline={
             d.id: functools.partial(process_inline, modules[d.module])
             for d in plan.destinations
@@ -180,6 +188,7 @@ def _stems(
     scanned: dict[str, trio.Event],
     alias_clocks: dict[int, StreamClock],
     ledger: BuildLedger | None = None,
+    filters: list[Destination] = (),
 ) -> dict[str, SteM]:
     """One SteM per table with one, serving its build and every probe of its aliases."""
     clock = BuildClock()
@@ -198,6 +207,9 @@ def _stems(
             scanned=scanned.get(table),
             clocks=alias_clocks,
             ledger=ledger,
+            filter_targets={
+                d.id: (d.target_alias, d.predicate, d.bit) for d in filters if d.table == table
+            },
         )
     return stems
 

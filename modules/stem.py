@@ -68,6 +68,7 @@ from eddies.modules.key_encoding import (
     uses_dictionary,
     validity,
 )
+from eddies.modules.key_filter import KeyFilter
 from eddies.modules.key_set import KeySet, bind_columns
 from eddies.modules.row_identity import RowIdentity
 from eddies.modules.stem_index import GrowableArray, SortedRunIndex
@@ -117,10 +118,13 @@ class BuildLedger:
     ``skipped``: per table, the singletons not stored (the query's RunStats).
     """
 
-    def __init__(self, skipped: dict[str, int]) -> None:
+    def __init__(self, skipped: dict[str, int], skipping: bool = True) -> None:
         self.stems: dict[str, SteM] = {}
         self.dropped: dict[str, int] = {}
         self.skipped = skipped
+        # False: the ledger only counts (a query with SteM filters, which need to know
+        # when a SteM holds every qualifying row), and never lets a build be skipped.
+        self.skipping = skipping
 
     @staticmethod
     def applies(graph: QueryGraph, streams: bool) -> bool:
@@ -150,7 +154,9 @@ class BuildLedger:
 
     def may_skip(self, stem: SteM) -> bool:
         """True when every other table's SteM is final: ``stem`` need not store more."""
-        return all(self.final(other) for other in self.stems.values() if other is not stem)
+        return self.skipping and all(
+            self.final(other) for other in self.stems.values() if other is not stem
+        )
 
 
 @dataclass
@@ -215,8 +221,13 @@ class SteM(Module):
         scanned: trio.Event | None = None,
         clocks: dict[int, StreamClock] | None = None,
         ledger: BuildLedger | None = None,
+        filter_targets: dict[int, tuple[int, int, int]] | None = None,
     ) -> None:
         self.name = f"stem:{table}"
+        # SteM filters (eddies.router.routing_table): destination id -> (alias, edge
+        # predicate index, Done bit); their key sets are made on first use.
+        self.filter_targets = filter_targets or {}
+        self._key_filters: dict[int, KeyFilter] = {}
         self.ledger = ledger
         if ledger is not None:
             ledger.stems[table] = self
@@ -265,7 +276,10 @@ class SteM(Module):
         return vectorized_inline()
 
     async def process(self, work: Work) -> list[TupleBatch] | Returned:
-        """Build the batch, or probe it (see the module docstring on bounded probes)."""
+        """Build the batch, probe it (see the module docstring on bounded probes), or
+        filter it by this SteM's join keys."""
+        if work.destination in self.filter_targets:
+            return self.filter(work.batch, work.destination)
         if work.destination == self.build_destination:
             batch = work.batch
             if self.identity is not None and len(batch):
@@ -362,6 +376,52 @@ class SteM(Module):
             )
             for d in np.unique(done)
         ]
+
+    def filter_ready(self) -> bool:
+        """True when this SteM holds every qualifying row of its table, so its join keys
+        can filter the other side of its edges: the scan has delivered every row, each of
+        them is built or was dropped by an SM before its build, and no build was skipped
+        (the ledger counts drops and skips; without one there are no filters)."""
+        ledger = self.ledger
+        return (
+            ledger is not None
+            and self.scanned is not None
+            and self.scanned.is_set()
+            and not ledger.skipped.get(self.table, 0)
+            and len(self) + ledger.dropped.get(self.table, 0) >= len(self.store)
+        )
+
+    def filter(self, batch: TupleBatch, destination: int) -> list[TupleBatch]:
+        """The tuples of ``batch`` whose key on the filter's edge this SteM holds, with the
+        filter's Done bit set (a semi-join; see :mod:`eddies.modules.key_filter`). The
+        SteM must be :meth:`filter_ready`: it is then final, so the key set is made once."""
+        target, edge_index, bit = self.filter_targets[destination]
+        edge = self.graph.predicates[edge_index].edge
+        assert edge is not None
+        index = self._catch_up(self.indexes[edge.side(target)])
+        key_filter = self._key_filters.get(destination)
+        if key_filter is None:
+            if not self.filter_ready():
+                raise RuntimeError(f"{self.name}: filtered before it held its table")
+            stored, _, valid = index.encode(
+                self.store, index.columns, self._rows.view(), grow=False
+            )
+            key_filter = KeyFilter(stored if valid is None else stored[valid])
+            self._key_filters[destination] = key_filter
+        probe_alias = edge.other(target)
+        keys, _, valid = index.encode(
+            self.stores[probe_alias], edge.side(probe_alias), batch.rows[probe_alias], grow=False
+        )
+        keep = key_filter.contains(keys)
+        if valid is not None:
+            keep &= valid  # NULL never joins
+        sig = batch.signature
+        passed = Signature(sig.span, sig.done | bit, sig.built, sig.prior, sig.looked)
+        if keep.all():
+            return [batch.with_signature(passed)]
+        if not keep.any():
+            return []
+        return [batch.take(keep).with_signature(passed)]
 
     @property
     def complete(self) -> bool:

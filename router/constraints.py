@@ -47,7 +47,8 @@ class ConstraintChecker:
         dest = self.destinations[destination]
         graph = self.graph
         if dest.kind is DestinationKind.OUTPUT:
-            if sig.span != graph.all_aliases or sig.done != graph.all_predicates:
+            complete = sig.done & graph.all_predicates == graph.all_predicates
+            if sig.span != graph.all_aliases or not complete:
                 self._fail("completeness", f"incomplete tuples sent to output: {sig}")
             table = graph.aliases[sig.span.bit_length() - 1].table
             if not sig.built and not sig.floating and table in graph.stem_tables:
@@ -77,6 +78,11 @@ class ConstraintChecker:
             self._fail("BoundedRepetition", f"tuples looked up in {dest.name} again")
         if dest.kind is DestinationKind.PROBE and sig.span >> dest.target_alias & 1:
             self._fail("BoundedRepetition", f"tuples spanning {dest.name} probed it again")
+        if dest.kind is DestinationKind.FILTER:
+            if not sig.built or sig.prior:
+                self._fail("BuildFirst", f"unbuilt tuples or prior probers sent to {dest.name}")
+            if sig.done & dest.bit or sig.span >> dest.target_alias & 1:
+                self._fail("BoundedRepetition", f"tuples routed to {dest.name} twice")
         if dest.kind is DestinationKind.SM:
             pred = graph.predicates[dest.predicate]
             if sig.done & pred.bit:
@@ -114,6 +120,10 @@ class ConstraintChecker:
                 (alias,) = b.rows
                 raw = (b.ts - alias) // self.n_aliases
                 record.update(zip(b.rows[alias].tolist(), raw.tolist(), strict=True))
+        elif dest.kind is DestinationKind.FILTER:
+            for b in outputs:  # a semi-join: a subset of its input, its Done bit set
+                if not b.signature.done & dest.bit or len(b) > tuples_in:
+                    self._fail("filter", f"{dest.name} returned tuples it did not filter")
         elif dest.kind is DestinationKind.PROBE:
             for b in outputs:
                 if b.signature.floating:

@@ -113,6 +113,7 @@ class Eddy:
         stems: dict | None = None,
         on_idle: Callable[[], None] | None = None,
         inline: dict[int, Callable[[Work], Returned]] | None = None,
+        filters: dict[int, Callable[[], bool]] | None = None,
     ) -> None:
         self.routing_table = routing_table
         self.policy = policy
@@ -165,6 +166,18 @@ class Eddy:
         self._inline: list[Callable[[Work], Returned] | None] = [
             (inline or {}).get(d.id) for d in routing_table.destinations
         ]
+
+        # SteM filters not offered yet: destination -> whether its SteM is complete now
+        # (asked after every final answer and scan end until it is; see _offer_filters).
+        self._unready_filters = dict(filters or {})
+
+    def _offer_filters(self) -> None:
+        """Offer the SteM filters whose SteMs now hold every qualifying row."""
+        ready = [d for d, is_ready in self._unready_filters.items() if is_ready()]
+        for d in ready:
+            del self._unready_filters[d]
+            self.routing_table.mark_filter_ready(d)
+            log.debug("SteM filter ready", filter=self._names[d])
 
     def has_room(self, destination: int) -> bool:
         stats = self.queues[destination].statistics()
@@ -314,6 +327,8 @@ class Eddy:
                     self._buffer(b)
             if message.final and built_table is not None:
                 self._unpark(built_table)
+            if message.final and self._unready_filters:
+                self._offer_filters()
         elif isinstance(message, SourceBatch):
             source = self.sources[message.source]
             source.undelivered -= 1
@@ -331,6 +346,8 @@ class Eddy:
                 self._scanned[source.table].set()
             self._scan_done.add(source.table)
             self._unpark(source.table)
+            if self._unready_filters:
+                self._offer_filters()
             for i, other in enumerate(self.sources):
                 if other.table == source.table and not other.closed:
                     log.info("scan stopped: a competing scan finished", source=other.name)

@@ -111,7 +111,9 @@ class LearningPolicy(RoutingPolicy):
         super().__init__(destinations, rng)
         self._state: dict[Signature, _SignatureState] = {}
         self._free = {
-            d.id for d in destinations if d.kind in (DestinationKind.PROBE, DestinationKind.BUILD)
+            d.id
+            for d in destinations
+            if d.kind in (DestinationKind.PROBE, DestinationKind.BUILD, DestinationKind.FILTER)
         }
 
     def _estimate(self, sig: Signature | None, dest: int) -> Estimate | None:

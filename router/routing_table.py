@@ -17,6 +17,15 @@ under the routing constraints of stems-2003 Table 2:
 * Probes go only to aliases joined to the span by an equi-join edge (preferring an edge
   that binds an index AM of the target); a cross product is offered only when no such
   alias exists. A complete tuple goes to the output.
+* **SteM filters** (semi-joins; sideways information passing) — once the SteM of a table
+  holds every qualifying row of it (its scan has ended and every delivered row is built
+  or was dropped by an SM), a tuple that spans one side of an edge to that table and not
+  the table itself may first pass a membership filter of the SteM's join keys: a tuple
+  whose key is not there can never join, and is dropped before it is probed or gathered
+  further. The filter has a Done bit of its own (``Destination.bit``, above the
+  predicates' bits), so a tuple passes it at most once; it is optional — a tuple is
+  complete without it — and the policy learns whether it pays, like any SM. Filters
+  become eligible at run time (:meth:`RoutingTable.mark_filter_ready`).
 * **Relaxed BuildFirst** (§3.5) — when one table is never built, its *floating* tuples
   produce every result: they probe the other SteMs (and, bounced back by a SteM that is
   not complete yet, probe that SteM again, relaxing BoundedRepetition; their
@@ -48,6 +57,7 @@ class DestinationKind(enum.Enum):
     LOOKUP = "lookup"  # look the target alias up in an index AM
     SM = "sm"  # a selection module: one predicate
     OUTPUT = "output"  # complete tuples leave the eddy
+    FILTER = "filter"  # a semi-join: keep tuples whose key a complete SteM holds
 
 
 @dataclass(frozen=True)
@@ -69,6 +79,7 @@ class Destination:
     predicate: int | None = None
     access: int | None = None  # for lookups: the AM's id in QueryGraph.access
     max_batch: int | None = None  # larger batches are sent as several Works
+    bit: int = 0  # a filter's Done bit
 
 
 @dataclass(frozen=True)
@@ -115,6 +126,8 @@ class RoutingTable:
             if d.kind is DestinationKind.LOOKUP
         }
         self.output = next(d.id for d in destinations if d.kind is DestinationKind.OUTPUT)
+        self.filters = [d for d in destinations if d.kind is DestinationKind.FILTER]
+        self.ready_filters: set[int] = set()  # filter destinations whose SteM is complete
         self.failed: set[int] = set()  # ids of AMs that failed
         self.scanless: set[str] = set()  # tables whose every scan failed (lookups remain)
         self._entries: dict[Signature, RouteEntry] = {}
@@ -129,6 +142,19 @@ class RoutingTable:
         """AM ``access`` failed: route around it from now on."""
         self.failed.add(access)
         self._entries.clear()
+
+    def mark_filter_ready(self, destination: int) -> None:
+        """The SteM behind filter ``destination`` holds its table's qualifying rows: the
+        filter may be offered from now on."""
+        self.ready_filters.add(destination)
+        self._entries.clear()
+
+    def complete(self, sig: Signature) -> bool:
+        """Every alias spanned and every predicate's Done bit set (filters are optional)."""
+        graph = self.graph
+        return sig.span == graph.all_aliases and (
+            sig.done & graph.all_predicates == graph.all_predicates
+        )
 
     def has_scan(self, table: str) -> bool:
         """The table has a scan AM that has not failed."""
@@ -184,7 +210,7 @@ class RoutingTable:
                         dests.append(self._sm[p.index])
                         edges.append(None)
             return RouteEntry(tuple(dests), tuple(edges))
-        if sig.span == graph.all_aliases and sig.done == graph.all_predicates:
+        if self.complete(sig):
             return RouteEntry((self.output,), (None,), complete=True)
         if graph.unbuilt:  # only floating tuples produce results: built ones are done
             return RouteEntry((), ())
@@ -194,6 +220,10 @@ class RoutingTable:
                 edges.append(None)
         if sig.prior:
             return self._prior_prober(sig, dests, edges)
+        for f in self.filters:
+            if f.id in self.ready_filters and self._filters_now(sig, f):
+                dests.append(f.id)
+                edges.append(f.predicate)
         outside = [a.index for a in graph.aliases if not sig.span >> a.index & 1]
         alternatives: dict[int, tuple[int, ...]] = {}
         alternative_edges: dict[int, int | None] = {}
@@ -225,6 +255,18 @@ class RoutingTable:
             alternative_edges=alternative_edges,
         )
 
+    def _filters_now(self, sig: Signature, f: Destination) -> bool:
+        """Filter ``f`` applies to ``sig``: not passed yet, its edge pending, the edge's
+        other side spanned and the SteM's alias not."""
+        p = self.graph.predicates[f.predicate]
+        edge = p.edge
+        assert edge is not None and f.target_alias is not None
+        return (
+            not sig.done & (f.bit | p.bit)
+            and not sig.span >> f.target_alias & 1
+            and bool(sig.span >> edge.other(f.target_alias) & 1)
+        )
+
     def _binds_index_only(self, target: int, edge: int) -> bool:
         """The edge binds an index AM of ``target``'s table, which has no scan.
 
@@ -243,7 +285,7 @@ class RoutingTable:
     def _floating(self, sig: Signature, pending) -> RouteEntry:
         """Floating tuples: SMs, then the SteMs of every other alias (relaxed BuildFirst)."""
         graph = self.graph
-        if sig.span == graph.all_aliases and sig.done == graph.all_predicates:
+        if self.complete(sig):
             return RouteEntry((self.output,), (None,), complete=True)
         dests: list[int] = []
         edges: list[int | None] = []

@@ -1,0 +1,55 @@
+"""Membership filters over a complete SteM's join keys (SteM filters, issue 11).
+
+Sideways information passing: once a SteM holds every qualifying row of its table, the
+set of its join keys tells a tuple of the other side of the edge whether it can ever
+join. Robust Predicate Transfer (Yang et al., SIGMOD 2025) passes Bloom filters along a
+join graph's edges before the joins run; DataFusion's dynamic filters push a hash join's
+build-side keys into the probe side's scan. Here the keys are the SteM index's int64
+codes (:mod:`eddies.modules.key_encoding`: integers as themselves, strings through the
+index's dictionary, several columns mixed), so the filter is exact on codes: a bitmap
+over ``[min, max]`` when the codes are dense (surrogate keys, dictionary codes), else the
+sorted distinct codes, probed by binary search. A code match only says "may join" for
+mixed multi-column keys (a hash may collide); it never drops a tuple that joins.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+#: A bitmap is used when the key range is at most this many times the number of keys.
+BITMAP_DENSITY = 8
+
+
+class KeyFilter:
+    """Which int64 key codes are present. ``keys``: the codes (any order, repeats fine).
+
+    ``kind`` is ``"bitmap"``, ``"sorted"`` or ``"empty"``; ``size`` the distinct keys.
+    """
+
+    def __init__(self, keys: np.ndarray) -> None:
+        distinct = np.unique(np.asarray(keys, dtype=np.int64))
+        self.size = len(distinct)
+        self._sorted = distinct
+        self._bitmap: np.ndarray | None = None
+        self.kind = "empty" if not self.size else "sorted"
+        if self.size:
+            lo, hi = int(distinct[0]), int(distinct[-1])
+            span = hi - lo + 1
+            if span <= max(64, BITMAP_DENSITY * self.size):
+                self._lo, self._hi = lo, hi
+                self._bitmap = np.zeros(span, dtype=bool)
+                self._bitmap[distinct - lo] = True
+                self.kind = "bitmap"
+
+    def contains(self, keys: np.ndarray) -> np.ndarray:
+        """Boolean mask, per code in ``keys``: whether it is present."""
+        if self.kind == "empty":
+            return np.zeros(len(keys), dtype=bool)
+        if self._bitmap is not None:
+            inside = (keys >= self._lo) & (keys <= self._hi)
+            found = np.zeros(len(keys), dtype=bool)
+            found[inside] = self._bitmap[keys[inside] - self._lo]
+            return found
+        pos = np.searchsorted(self._sorted, keys)
+        pos[pos == self.size] = self.size - 1
+        return self._sorted[pos] == keys
