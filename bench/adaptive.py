@@ -307,9 +307,9 @@ def section_d(args) -> tuple[list[list], dict]:
     queries = [("TPC-H STAIRs SF0.1", TPCH_SQL, tpch_tables(0.1, args.tpch_dir))]
     if args.sf1:
         queries.append(("TPC-H STAIRs SF1", TPCH_SQL, tpch_tables(1, args.tpch_dir)))
-    for make in (flights, star5):
+    for make in (flights, star5(100_000, "100k")):
         bench = make()
-        queries.append((bench.title, bench.sql, bench.tables))
+        queries.append((bench.title, bench.sql, bench.load()))
     rows, results = [], {}
     for title, sql, tables in queries:
         cat = Catalog()

@@ -162,7 +162,7 @@ def lower(
         scanned,
         stems,
         on_idle=commits.changed if commits is not None else None,
-        filters={d.id: stems[d.table].filter_ready for d in filters},
+        filters={d.id: functools.partial(stems[d.table].filter_pays, d.id) for d in filters},
         inline={
             d.id: functools.partial(process_inline, modules[d.module])
             for d in plan.destinations

@@ -58,7 +58,7 @@ import numpy as np
 import pyarrow as pa
 import trio
 
-from eddies.modules.base import Module, run_vectorized, vectorized_inline
+from eddies.modules.base import Module, gather_columns, run_vectorized, vectorized_inline
 from eddies.modules.key_encoding import (
     KIND_INT,
     KeyDictionary,
@@ -73,6 +73,7 @@ from eddies.modules.key_set import KeySet, bind_columns
 from eddies.modules.row_identity import RowIdentity
 from eddies.modules.stem_index import GrowableArray, SortedRunIndex
 from eddies.modules.window import EventTimeWindow, StreamClock, event_times, valid_mask
+from eddies.router.expressions import evaluate, mask_of
 from eddies.router.messages import ProbeCursor, Returned, Work
 from eddies.router.query_graph import Predicate, QueryGraph
 from eddies.router.tuple_batch import Signature, TupleBatch
@@ -398,16 +399,15 @@ class SteM(Module):
         target, edge_index, bit = self.filter_targets[destination]
         edge = self.graph.predicates[edge_index].edge
         assert edge is not None
-        index = self._catch_up(self.indexes[edge.side(target)])
+        index = self.indexes[edge.side(target)]
+        if any(uses_dictionary(k) for k in index.kinds) or len(index.columns) > 1:
+            # Codes from the index's dictionaries: bring them up to date first. Integer
+            # keys are their own codes: the index of a SteM that is never probed (often
+            # the largest table's) is not built for a filter.
+            index = self._catch_up(index)
         key_filter = self._key_filters.get(destination)
         if key_filter is None:
-            if not self.filter_ready():
-                raise RuntimeError(f"{self.name}: filtered before it held its table")
-            stored, _, valid = index.encode(
-                self.store, index.columns, self._rows.view(), grow=False
-            )
-            key_filter = KeyFilter(stored if valid is None else stored[valid])
-            self._key_filters[destination] = key_filter
+            key_filter = self._key_filters[destination] = self._key_filter(index, target)
         probe_alias = edge.other(target)
         keys, _, valid = index.encode(
             self.stores[probe_alias], edge.side(probe_alias), batch.rows[probe_alias], grow=False
@@ -422,6 +422,63 @@ class SteM(Module):
         if not keep.any():
             return []
         return [batch.take(keep).with_signature(passed)]
+
+    def filter_pays(self, destination: int) -> bool | None:
+        """Whether filter ``destination`` is worth offering now that this SteM is
+        :meth:`filter_ready` (None: not ready yet). It pays only where the probe of its
+        edge multiplies tuples: when every key is unique here (a foreign-key join seen
+        from the many side), a probe keeps or drops each tuple just as the filter would,
+        so the filter could only add a visit. And, as a hash join builds its smaller
+        input (DataFusion's dynamic filters go from the build side to the probe side),
+        not from a SteM larger than the other side's table once that is known."""
+        if not self.filter_ready():
+            return None
+        target, edge_index, _ = self.filter_targets[destination]
+        edge = self.graph.predicates[edge_index].edge
+        assert edge is not None
+        other = self.stores[edge.other(target)]
+        other_rows = other.preloaded_rows
+        if other_rows is not None and len(self) > other_rows:
+            return False
+        index = self.indexes[edge.side(target)]
+        if any(uses_dictionary(k) for k in index.kinds) or len(index.columns) > 1:
+            index = self._catch_up(index)
+        # Unique over every stored row, so unique over those that qualify: the filter,
+        # tightened by the table's own predicates, is made on first use.
+        stored, _, valid = index.encode(self.store, index.columns, self._rows.view(), grow=False)
+        return not KeyFilter(stored if valid is None else stored[valid]).unique
+
+    def _key_filter(self, index: ColumnIndex, target: int) -> KeyFilter:
+        """The key set of the stored rows that may qualify: a row built before passing its
+        table's own predicates is checked against those (without UDFs) here, once, so a
+        filter is as selective whatever order its rows took (NULL keys never join)."""
+        if not self.filter_ready():
+            raise RuntimeError(f"{self.name}: filtered before it held its table")
+        rows = self._rows.view()
+        keep = np.ones(len(rows), dtype=bool)
+        if self.single_alias:
+            done = self._done.view()
+            for p in self.graph.predicates:
+                if p.alias_mask != 1 << target or p.expr.udf_calls():
+                    continue
+                unchecked = np.flatnonzero((done & np.uint64(p.bit)) == 0)
+                if len(unchecked):
+                    env = gather_columns(
+                        TupleBatch(
+                            Signature(1 << target, 0, True),
+                            {target: rows[unchecked]},
+                            rows[unchecked],
+                        ),
+                        p.expr.column_keys(),
+                        self.stores,
+                    )
+                    try:
+                        passed = mask_of(evaluate(p.expr, env, len(unchecked)))
+                    except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError):
+                        continue  # its SM reports the error; the filter keeps those keys
+                    keep[unchecked] &= passed
+        stored, _, valid = index.encode(self.store, index.columns, rows[keep], grow=False)
+        return KeyFilter(stored if valid is None else stored[valid])
 
     @property
     def complete(self) -> bool:

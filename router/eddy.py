@@ -113,7 +113,7 @@ class Eddy:
         stems: dict | None = None,
         on_idle: Callable[[], None] | None = None,
         inline: dict[int, Callable[[Work], Returned]] | None = None,
-        filters: dict[int, Callable[[], bool]] | None = None,
+        filters: dict[int, Callable[[], bool | None]] | None = None,
     ) -> None:
         self.routing_table = routing_table
         self.policy = policy
@@ -167,17 +167,22 @@ class Eddy:
             (inline or {}).get(d.id) for d in routing_table.destinations
         ]
 
-        # SteM filters not offered yet: destination -> whether its SteM is complete now
-        # (asked after every final answer and scan end until it is; see _offer_filters).
+        # SteM filters not decided yet: destination -> whether to offer it (None: its SteM
+        # is not complete yet; asked after builds, SM answers and scan ends).
         self._unready_filters = dict(filters or {})
+        self._sms = {d.id for d in routing_table.destinations if d.kind is DestinationKind.SM}
 
     def _offer_filters(self) -> None:
-        """Offer the SteM filters whose SteMs now hold every qualifying row."""
-        ready = [d for d, is_ready in self._unready_filters.items() if is_ready()]
-        for d in ready:
+        """Offer the SteM filters whose SteMs now hold every qualifying row, if they pay
+        (the callable answers None while its SteM is incomplete, then True or False)."""
+        decided = {d: ask() for d, ask in self._unready_filters.items()}
+        for d, pays in decided.items():
+            if pays is None:
+                continue
             del self._unready_filters[d]
-            self.routing_table.mark_filter_ready(d)
-            log.debug("SteM filter ready", filter=self._names[d])
+            if pays:
+                self.routing_table.mark_filter_ready(d)
+            log.debug("SteM filter complete", filter=self._names[d], offered=pays)
 
     def has_room(self, destination: int) -> bool:
         stats = self.queues[destination].statistics()
@@ -327,8 +332,12 @@ class Eddy:
                     self._buffer(b)
             if message.final and built_table is not None:
                 self._unpark(built_table)
-            if message.final and self._unready_filters:
-                self._offer_filters()
+            if (
+                message.final
+                and self._unready_filters
+                and (built_table is not None or message.destination in self._sms)
+            ):
+                self._offer_filters()  # a build or a drop may have completed a SteM
         elif isinstance(message, SourceBatch):
             source = self.sources[message.source]
             source.undelivered -= 1

@@ -38,7 +38,8 @@ def run_virtual(sql: str, cat: Catalog, **options):
 
 def tables() -> dict[str, pa.Table]:
     r = pa.table({"a": pa.array([1, 2, 2, 5, None], pa.int64()), "v": [10, 20, 30, 40, 50]})
-    t = pa.table({"b": pa.array(["x", "y", None], pa.string()), "x": [1, 2, 3]})
+    # Keys repeat in r and t (a probe there may multiply tuples), so their filters pay.
+    t = pa.table({"b": pa.array(["x", "y", "x", None], pa.string()), "x": [1, 2, 3, 4]})
     i = np.arange(60)
     s = pa.table(
         {
@@ -95,6 +96,16 @@ def test_filters_off_are_never_offered():
     assert stats.modules["probe:r"].tuples_in == 60
 
 
+def test_filters_are_not_offered_where_the_keys_are_unique():
+    """A unique key (a foreign-key join from the many side): the probe filters as well."""
+    data = tables()
+    data["t"] = pa.table({"b": pa.array(["x", "y", None], pa.string()), "x": [1, 2, 3]})
+    table, stats = run_virtual(SQL, catalog(data), policy="static", order=FILTERS_FIRST)
+    assert_same_bag(table, SQL, data)
+    assert stats.modules["filter:t@sm2"].tuples_in == 0
+    assert stats.modules["filter:r@sm1"].tuples_in == 60  # r.a repeats: offered
+
+
 def test_explain_lists_the_filters():
     text = explain(SQL, catalog(tables()))
     assert "SteM filters" in text
@@ -123,7 +134,7 @@ def test_filters_in_play_stay_exact(policy, batch_size):
 
 def test_key_filter_bitmap_and_sorted():
     dense = KeyFilter(np.array([5, 3, 3, 9]))
-    assert dense.kind == "bitmap" and dense.size == 3
+    assert dense.kind == "bitmap" and dense.size == 4
     sparse = KeyFilter(np.array([-(2**62), 0, 2**62]))
     assert sparse.kind == "sorted"
     probe = np.array([3, 4, 9, 10, -(2**63), 2**63 - 1, 0, 2**62])
