@@ -84,6 +84,9 @@ def test_filters_count_what_they_keep_and_drop():
     assert stats.modules["filter:s@sm1"].tuples_in == 0
     text = stats.format()
     assert "filter:t@sm2" in text and "filter:r@sm1" in text
+    # explain with the run's stats shows the filters' observed cost and selectivity.
+    estimates = explain(SQL, catalog(data), stats=stats).split("routing table:")[1]
+    assert "filter:t@sm2" in estimates
 
 
 def test_filters_off_are_never_offered():
