@@ -547,7 +547,16 @@ def _destinations(graph: QueryGraph) -> list[Destination]:
             )
         )
     for p in graph.predicates:
-        dests.append(Destination(len(dests), p.name, DestinationKind.SM, p.name, predicate=p.index))
+        dests.append(
+            Destination(
+                len(dests),
+                p.name,
+                DestinationKind.SM,
+                p.name,
+                predicate=p.index,
+                cheap=not p.expr.udf_calls(),
+            )
+        )
     if graph.stem_tables:
         for a in graph.aliases:
             if a.table not in graph.stem_tables:

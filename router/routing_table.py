@@ -80,6 +80,7 @@ class Destination:
     access: int | None = None  # for lookups: the AM's id in QueryGraph.access
     max_batch: int | None = None  # larger batches are sent as several Works
     bit: int = 0  # a filter's Done bit
+    cheap: bool = False  # an SM whose predicate calls no UDF (an Arrow kernel, ~µs a tuple)
 
 
 @dataclass(frozen=True)
