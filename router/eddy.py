@@ -25,6 +25,12 @@ go before new source tuples (eddies-2000 §4), and while any is held no source t
 admitted. Memory is then bounded by ``MAX_BUFFERED_TUPLES`` plus what the modules' bounded
 queues hold; a cross product whose WHERE keeps nothing never holds its pairs at once.
 
+Modules that never wait (SteMs, SMs without UDF calls) are visited *inline*: the eddy
+calls them and accepts their answer at once, as the PostgreSQL eddy calls its operators
+(eddies-in-postgresql §2.1), which saves a queue hop and two task switches each way
+(bench/visits.py); their queues stay empty. Index AMs, SMs with UDFs and the output keep
+their tasks and queues, so lookups and calls still overlap with routing.
+
 The query ends when every source is exhausted and no batch is in flight, queued, waiting
 or deferred (stems-2003 §2.1.1); the eddy then closes the modules' queues.
 
