@@ -11,6 +11,7 @@ import dataclasses
 from collections import deque
 
 from eddies.engine.catalog import Catalog
+from eddies.engine.errors import EddiesError
 from eddies.engine.planner import Plan, plan_query
 from eddies.router.routing_table import DestinationKind, RoutingTable
 from eddies.router.stats import RunStats
@@ -151,14 +152,22 @@ def explain_plan(plan: Plan) -> str:
     return "\n".join(lines)
 
 
-def explain(sql: str, catalog: Catalog, stats: RunStats | None = None) -> str:
+def explain(sql: str, catalog: Catalog, stats: RunStats | None = None, **unexpected) -> str:
     """Describe how ``sql`` would run: AMs, SteMs, SMs, destinations, routing table.
 
     With ``stats`` (``run_query(...).stats`` of a run of the query), also what the run
     observed: seconds per tuple, selectivity and confidence per destination and per
     signature (eddies.router.estimates). Raises a subclass of EddiesError for a query
-    that cannot run.
+    that cannot run, and for any other keyword: the plan does not depend on run options
+    (``policy``, ``batch_size``, ...), which apply to ``execute``/``run_query``.
     """
+    if unexpected:
+        names = ", ".join(repr(k) for k in sorted(unexpected))
+        raise EddiesError(
+            f"explain() takes sql, catalog and stats; unexpected keyword {names} "
+            "(run options such as policy or batch_size apply to execute/run_query, "
+            "whose stats explain(..., stats=...) shows)"
+        )
     text = explain_plan(plan_query(sql, catalog))
     if stats is not None:
         text += "\n\n" + "\n".join(stats.format_estimates() or ["(no estimates recorded)"])

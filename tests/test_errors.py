@@ -141,6 +141,11 @@ def test_unknown_table_in_explain():
         explain("SELECT * FROM nosuchtable", make_catalog(TABLES))
 
 
+def test_explain_refuses_run_options_by_name():
+    with pytest.raises(EddiesError, match="unexpected keyword 'policy'"):
+        explain("SELECT * FROM r", make_catalog(TABLES), policy="rank")
+
+
 def test_unknown_table_in_run_query():
     with pytest.raises(UnknownTableError, match="nosuchtable"):
         run_query("SELECT * FROM nosuchtable", make_catalog(TABLES))
