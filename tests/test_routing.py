@@ -126,8 +126,17 @@ def test_debug_mode_catches_a_steM_that_breaks_the_timestamp_rule(monkeypatch):
         return [TupleBatch(sig, rows, batch.ts[probe_idx])] if len(pos) else []
 
     monkeypatch.setattr(SteM, "probe", no_timestamp_rule)
-    with pytest.raises(ConstraintViolation, match="TimeStamp"):
-        execute(sql, cat, debug=True, batch_size=2)
+    # A broken probe shows only when a prober meets a tuple built after it, which depends
+    # on the interleaving of the two scans that the seed's draws give (about half the
+    # seeds do): count the seeds whose run debug mode stopped, out of ten fixed ones.
+    caught = 0
+    for seed in range(10):
+        try:
+            execute(sql, cat, debug=True, batch_size=2, seed=seed)
+        except ConstraintViolation as violation:
+            assert "TimeStamp" in str(violation)
+            caught += 1
+    assert caught > 0
 
 
 def _entry(*dests: int) -> RouteEntry:
