@@ -22,6 +22,7 @@ import re
 from bisect import bisect_left
 from collections.abc import Collection
 from dataclasses import dataclass, field
+from pathlib import PurePath
 
 from sqlglot import exp
 from sqlglot.dialects.dialect import Dialect
@@ -81,11 +82,18 @@ MAX_TABLES = 63
 
 @dataclass
 class TableRef:
-    """A FROM entry: catalog table ``name`` under ``alias`` (both lower case)."""
+    """A FROM entry: catalog table ``name`` under ``alias`` (both lower case).
+
+    path: for ``FROM 'file.parquet'`` (a quoted name that is no catalog table) and
+    ``read_parquet('glob')`` / ``read_csv('file')``, the file, directory or glob to read;
+    format: ``"parquet"`` / ``"csv"`` when a read function names it.
+    """
 
     name: str
     alias: str
     node: exp.Table
+    path: str | None = None
+    format: str | None = None
 
 
 @dataclass
@@ -439,9 +447,37 @@ def _after_comma(tokens: list[Token], table: exp.Expression) -> bool:
     return i > 0 and tokens[i - 1].token_type == TokenType.COMMA
 
 
+#: Read functions in FROM and the format each reads.
+_READERS = {exp.ReadParquet: "parquet", exp.ReadCSV: "csv"}
+
+
 def _table_ref(node: exp.Expression) -> TableRef:
+    if isinstance(node, exp.Table) and type(node.this) in _READERS:
+        return _read_ref(node, _READERS[type(node.this)])
     if not isinstance(node, exp.Table) or not isinstance(node.this, exp.Identifier):
         raise UnsupportedQueryError(f"FROM item {describe(node)} is not supported (tables only)")
     if node.args.get("db") or node.args.get("catalog"):
         raise UnsupportedQueryError(f"qualified table name {describe(node)} is not supported")
+    text = node.this.this
+    if node.this.args.get("quoted") and _looks_like_path(text):
+        # DuckDB's replacement scan: the alias is the file's stem (a glob: all of it).
+        alias = node.alias or (text if "*" in text else PurePath(text).name.split(".")[0])
+        return TableRef(node.name.lower(), alias.lower(), node, path=text)
     return TableRef(node.name.lower(), node.alias_or_name.lower(), node)
+
+
+def _looks_like_path(text: str) -> bool:
+    return "/" in text or "*" in text or "." in text
+
+
+def _read_ref(node: exp.Table, fmt: str) -> TableRef:
+    """``read_parquet('path')`` / ``read_csv('path')``: one string argument, no options."""
+    call = node.this
+    args = [call.this] if isinstance(call, exp.ReadCSV) else list(call.expressions)
+    if len(args) != 1 or not (isinstance(args[0], exp.Literal) and args[0].is_string):
+        raise UnsupportedQueryError(
+            f"read_{fmt} takes one path (a string literal: a file, a directory or a glob) "
+            f"and no options here: {describe(node)}"
+        )
+    alias = node.alias or f"read_{fmt}"
+    return TableRef(f"read_{fmt}", alias.lower(), node, path=args[0].this, format=fmt)

@@ -35,6 +35,9 @@ ALLOWED: dict[type[exp.Expression], frozenset[str]] = {
     exp.From: _UNARY,
     exp.Join: frozenset({"this", "on", "using", "kind", "method"}),
     exp.Table: frozenset({"this", "alias"}),
+    # FROM read_parquet('path') / read_csv('path'): one string, no options (sql.py)
+    exp.ReadParquet: frozenset({"expressions"}),
+    exp.ReadCSV: _UNARY,
     exp.TableAlias: _UNARY,
     exp.Where: _UNARY,
     exp.Having: _UNARY,
