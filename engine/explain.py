@@ -83,7 +83,8 @@ def explain_plan(plan: Plan) -> str:
                 read = ", ".join(plan.scan_columns[table]) or "none (row counts only)"
                 lines.append(f"    reads columns: {read}")
             if table in plan.scan_filters:
-                lines.append(f"    filter pushed into the scan: {plan.scan_filters[table]}")
+                pushed = " ".join(str(plan.scan_filters[table]).split())
+                lines.append(f"    filter pushed into the scan: {pushed}")
         for index in entry.indexes:
             lines.append(
                 f"  am:{index.name}  (index on ({', '.join(index.on)}), up to "
