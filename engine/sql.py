@@ -231,6 +231,12 @@ def _check_tokens(sql: str, tokens: list[Token]) -> None:
             raise SqlSyntaxError(
                 f"SQL syntax error {_at(sql, token.start)}: an empty list after {prev.text.upper()}"
             )
+        if kind == TokenType.INTERVAL and nxt is not None and nxt.token_type == TokenType.DASH:
+            # sqlglot folds INTERVAL -1 DAY into INTERVAL '-1' DAY; DuckDB rejects it.
+            raise SqlSyntaxError(
+                f"SQL syntax error {_at(sql, nxt.start)}: a sign after INTERVAL (write "
+                "INTERVAL '-1' DAY or subtract the interval)"
+            )
         if kind == TokenType.NOT and nxt is not None and nxt.token_type == TokenType.IS:
             raise SqlSyntaxError(f"SQL syntax error {_at(sql, token.start)}: NOT IS (write IS NOT)")
         if kind in _DIRECTIONS and nxt is not None and nxt.token_type in _DIRECTIONS:
