@@ -325,6 +325,7 @@ def parse_query(sql: str, functions: Collection[str] = ()) -> QueryBlock:
                 f'{describe(ident).split(" ", 1)[1]} (quote it as "{ident.this}" if it is one)'
             )
     _check_keywords(sql, tokens, root)
+    _place_intervals(tokens, root)
     validate(root, functions)
     if not isinstance(root, exp.Select):
         raise UnsupportedQueryError(f"only SELECT queries are supported, got {describe(root)}")
@@ -408,6 +409,16 @@ def _check_keywords(sql: str, tokens: list[Token], root: exp.Expression) -> None
                     f"SQL syntax error {_at(sql, tokens[i].start)}: REPLACE items are "
                     "'expression AS column' (AS is missing)"
                 )
+
+
+def _place_intervals(tokens: list[Token], root: exp.Expression) -> None:
+    """Give each INTERVAL node its keyword's position: sqlglot records none under it (its
+    quantity becomes a new string literal), and errors must say where it is."""
+    nodes = list(root.find_all(exp.Interval, bfs=False))
+    keywords = [t for t in tokens if t.token_type == TokenType.INTERVAL]
+    if len(nodes) == len(keywords):
+        for node, token in zip(nodes, keywords, strict=True):
+            node.meta.update(line=token.line, col=token.col, start=token.start, end=token.end)
 
 
 def _join_spec(sql: str, tokens: list[Token], join: exp.Join, index: int, group: int) -> JoinSpec:
