@@ -171,11 +171,12 @@ def _nan_aware(kernel_name: str) -> Callable[[Any, Any], Any]:
             return pc.and_kleene(plain, pc.invert(both))
         if kernel_name == "greater":
             return pc.or_kleene(plain, pc.and_kleene(a_nan, pc.invert(b_nan)))
+        # A NaN term alone must not turn a NULL comparison TRUE (NULL <= NaN is NULL).
         if kernel_name == "greater_equal":
-            return pc.or_kleene(plain, a_nan)
+            return pc.or_kleene(plain, pc.and_kleene(a_nan, pc.is_valid(b)))
         if kernel_name == "less":
             return pc.or_kleene(plain, pc.and_kleene(pc.invert(a_nan), b_nan))
-        return pc.or_kleene(plain, b_nan)  # less_equal
+        return pc.or_kleene(plain, pc.and_kleene(b_nan, pc.is_valid(a)))  # less_equal
 
     return fn
 

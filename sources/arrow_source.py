@@ -2,8 +2,8 @@
 
 Accepted data: a pyarrow Table, a pandas DataFrame, a Polars DataFrame (zero-copy to
 Arrow), a DuckDB relation (run again by each scan), any other object with
-``__arrow_c_stream__`` (a pyarrow RecordBatchReader, a DuckDB result: one-shot streams,
-scanned once), a ``pyarrow.dataset.Dataset``, or a path: a Parquet or CSV file, a
+``__arrow_c_stream__`` (a pyarrow RecordBatchReader, another library's Arrow stream:
+one-shot streams, scanned once), a ``pyarrow.dataset.Dataset``, or a path: a Parquet or CSV file, a
 directory of them or a glob, hive partitions included (see
 :mod:`eddies.sources.dataset_source`; read lazily, batch by batch, at query time in a worker
 thread, with the query's projection and pushed-down filter). Anything else, or a file that
@@ -137,11 +137,13 @@ class TableSource:
 
 
 def _fill_unread(batch: pa.RecordBatch, schema: pa.Schema) -> pa.RecordBatch:
-    """``batch`` (some columns of ``schema``) in ``schema``: unread columns all NULL."""
+    """``batch`` (some columns of ``schema``, in the dataset's own types) with every column
+    of ``schema``: the unread ones all NULL (the query never looks at them)."""
     n = batch.num_rows
     present = set(batch.schema.names)
+    fields = [batch.schema.field(f.name) if f.name in present else f for f in schema]
     arrays = [batch.column(f.name) if f.name in present else pa.nulls(n, f.type) for f in schema]
-    return pa.RecordBatch.from_arrays(arrays, schema=schema)
+    return pa.RecordBatch.from_arrays(arrays, schema=pa.schema(fields))
 
 
 def plain_schema(schema: pa.Schema) -> pa.Schema:
@@ -285,7 +287,7 @@ def _stream_source(name: str, data: Any, options: dict[str, Any]) -> TableSource
     taken whole (it is in memory; zero-copy), a DuckDB relation is run again by each scan
     (lazy, rescannable), anything else is one stream, scanned once."""
     where = f"table {name!r}"
-    module = type(data).__module__.split(".")[0]
+    module = type(data).__module__.split(".")[0].lstrip("_")
     try:
         if module == "polars":
             return make_source(name, pa.table(data), **options)

@@ -132,7 +132,12 @@ CONSTANTS = {
     "id": ["0", "5", "105", "1399", "-1"],
     "n": ["0", "2", "3"],
     "s": ["'s1'", "'s3'", "'zz'", "''"],
-    "d": ["DATE '2023-01-05'", "'2023-02-01'"],
+    "d": [
+        "DATE '2023-01-05'",
+        "'2023-02-01'",
+        "DATE '2023-01-05' + INTERVAL 1 MONTH",
+        "DATE '2023-01-20' - 3",
+    ],
     "x": ["2.5", "'NaN'::DOUBLE", "0"],
     "year": ["2021", "2022", "0"],
     "region": ["'eu'", "'a/b'", "'us west'"],
@@ -373,6 +378,19 @@ def test_pyarrow_dataset_object(hive):
         run = run_query(sql, cat, policy=policy, seed=0)
         assert_same_bag(run.table, sql, {}, expected=expected)
         assert _scan_counts(run.stats)[1] > 0
+
+
+def test_pyarrow_dataset_with_dictionary_partitions(hive):
+    """Dictionary-typed partition columns are decoded; they are not pushed (their type
+    differs from the plain one the query sees), yet projection still works."""
+    partitioning = ds.HivePartitioning.discover(infer_dictionary=True)
+    dataset = ds.dataset(str(hive), format="parquet", partitioning=partitioning)
+    sql = "SELECT id, region FROM t WHERE region = 'us west' AND n = 1"
+    expected = _duck(sql, {"t": f"read_parquet('{_glob(hive)}')"})
+    cat = Catalog()
+    cat.add_table("t", dataset)
+    assert cat.table("t").schema.field("region").type == pa.string()
+    _every_run(sql, cat, expected, sizes=(None, 7))
 
 
 # --------------------------------------------------------------------------------- errors
