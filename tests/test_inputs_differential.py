@@ -167,6 +167,7 @@ def condition(draw, depth: int = 0) -> str:
     return f"({draw(condition(depth + 1))}{word}{draw(condition(depth + 1))})"
 
 
+@pytest.mark.slow  # about 8 s at 15 examples on a loaded machine
 @settings(
     max_examples=int(os.environ.get("EDDIES_INPUT_EXAMPLES", "15")),
     deadline=None,
