@@ -274,6 +274,7 @@ def test_directory_glob_and_file_paths(flat, hive):
         ("SELECT * FROM by_glob WHERE s = 's1'", {"by_glob": f"'{flat}/f[01].parquet'"}),
         ("SELECT id, d FROM one", {"one": f"'{flat}/f2.parquet'"}),
         ("SELECT year, count(*) FROM deep GROUP BY year", {"deep": f"'{_glob(hive)}'"}),
+        ("SELECT count(*) FROM deep", {"deep": f"'{_glob(hive)}'"}),  # reads no column
     ]:
         _every_run(sql, cat, _duck(sql, views), sizes=(None, 7))
 
