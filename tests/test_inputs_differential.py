@@ -295,6 +295,20 @@ def test_from_path_and_read_functions_in_sql(flat, tmp_path):
         _every_run(sql, cat, _duck(sql, {}), sizes=(None, 7))
 
 
+def test_csv_directory_with_partitions(tmp_path):
+    root = tmp_path / "csv"
+    for k, rows in ((1, [(1, "a"), (2, None)]), (2, [(3, "c"), (4, "d"), (5, "")])):
+        (root / f"k={k}").mkdir(parents=True)
+        table = pa.table({"id": [r[0] for r in rows], "name": [r[1] for r in rows]})
+        pacsv.write_csv(table, root / f"k={k}" / "part.csv")
+    sql = "SELECT id, name, k FROM people WHERE k = 2 OR name IS NULL"
+    expected = _duck(sql, {"people": f"read_csv('{root}/**/*.csv')"})
+    cat = Catalog()
+    cat.add_table("people", str(root))
+    _every_run(sql, cat, expected, sizes=(None, 1))
+    _every_run(sql.replace("people", f"read_csv('{root}/**/*.csv')"), Catalog(), expected)
+
+
 def test_read_functions_refuse_options_they_do_not_handle(flat):
     for sql in (
         f"SELECT * FROM read_parquet('{flat}/f0.parquet', hive_partitioning = false)",
