@@ -232,7 +232,8 @@ def plan_query(sql: str, catalog: Catalog) -> Plan:
                     f"alias {ref.alias!r} is used twice in FROM ({describe(ref.node)})"
                 )
             aliases.append(AliasInfo(len(aliases), ref.alias, ref.path))
-            sources.setdefault(ref.path, _file_table(ref))
+            if ref.path not in sources:  # the same path twice: a self-join, one table
+                sources[ref.path] = _file_table(ref)
             continue
         if not catalog.has_table(ref.name):
             raise UnknownTableError(
@@ -287,7 +288,7 @@ def plan_query(sql: str, catalog: Catalog) -> Plan:
 def _file_table(ref: TableRef) -> CatalogTable:
     """The table a file reference in FROM reads (``FROM 'x.parquet'``, ``read_csv(...)``)."""
     assert ref.path is not None
-    where = f"{describe(ref.node)}"
+    where = describe(ref.node)
     try:
         source = make_source(ref.path, ref.path)
     except DataSourceError as exc:

@@ -478,7 +478,8 @@ def _table_ref(node: exp.Expression) -> TableRef:
     text = node.this.this
     if node.this.args.get("quoted") and _looks_like_path(text):
         # DuckDB's replacement scan: the alias is the file's stem (a glob: all of it).
-        alias = node.alias or (text if "*" in text else PurePath(text).name.split(".")[0])
+        glob = any(c in text for c in "*?[")
+        alias = node.alias or (text if glob else PurePath(text).name.split(".")[0])
         return TableRef(node.name.lower(), alias.lower(), node, path=text)
     return TableRef(node.name.lower(), node.alias_or_name.lower(), node)
 

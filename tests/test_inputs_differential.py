@@ -289,6 +289,8 @@ def test_from_path_and_read_functions_in_sql(flat, tmp_path):
         f"SELECT count(*), min(id) FROM read_parquet('{glob}') WHERE s <> 's2'",
         f"SELECT p.name, t.s FROM read_csv('{csv_path}') p JOIN '{glob}' t ON p.id = t.id",
         f"SELECT read_parquet.id FROM read_parquet('{flat}/f1.parquet') WHERE n = 1",
+        f"SELECT a.id, b.id FROM '{flat}/f0.parquet' a JOIN '{flat}/f0.parquet' b "
+        "ON a.n = b.n WHERE a.id < 5003",
     ]
     cat = Catalog()
     for sql in queries:
