@@ -80,6 +80,12 @@ def explain_plan(plan: Plan) -> str:
             )
             name = source.access_name or table
             lines.append(f"  scan:{name}  ({where}; table {table}; aliases: {aliases})")
+            if table in plan.scan_columns:
+                read = ", ".join(plan.scan_columns[table]) or "none (row counts only)"
+                lines.append(f"    reads columns: {read}")
+            if table in plan.scan_filters:
+                pushed = " ".join(str(plan.scan_filters[table]).split())
+                lines.append(f"    filter pushed into the scan: {pushed}")
         for index in entry.indexes:
             lines.append(
                 f"  am:{index.name}  (index on ({', '.join(index.on)}), up to "

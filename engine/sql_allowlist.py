@@ -35,6 +35,9 @@ ALLOWED: dict[type[exp.Expression], frozenset[str]] = {
     exp.From: _UNARY,
     exp.Join: frozenset({"this", "on", "using", "kind", "method"}),
     exp.Table: frozenset({"this", "alias"}),
+    # FROM read_parquet('path') / read_csv('path'): one string, no options (sql.py)
+    exp.ReadParquet: frozenset({"expressions"}),
+    exp.ReadCSV: _UNARY,
     exp.TableAlias: _UNARY,
     exp.Where: _UNARY,
     exp.Having: _UNARY,
@@ -134,6 +137,9 @@ ALLOWED: dict[type[exp.Expression], frozenset[str]] = {
     exp.DateDiff: frozenset({"this", "expression", "unit", "date_part_boundary"}),
     exp.TimeToStr: frozenset({"this", "format"}),  # strftime
     exp.DateFromParts: frozenset({"year", "month", "day"}),  # make_date
+    exp.StrToTime: frozenset({"this", "format"}),  # strptime; try_strptime is Anonymous
+    # x ± INTERVAL: a constant quantity and unit (compile.py, engine/datetime_arith.py)
+    exp.Interval: frozenset({"this", "unit"}),
     exp.Greatest: frozenset({"this", "expressions", "ignore_nulls"}),
     exp.Least: frozenset({"this", "expressions", "ignore_nulls"}),
     exp.Anonymous: frozenset({"this", "expressions"}),  # registered Python functions
@@ -191,6 +197,8 @@ REQUIRED: dict[type[exp.Expression], frozenset[str]] = {
     exp.TimestampTrunc: frozenset({"this", "unit"}),
     exp.DateDiff: frozenset({"this", "expression", "unit"}),
     exp.DateFromParts: frozenset({"year", "month", "day"}),
+    exp.StrToTime: frozenset({"this", "format"}),
+    exp.Interval: _UNARY,
 }
 
 #: Arguments whose values are restricted (compared upper-case).
@@ -214,7 +222,6 @@ _NODE_NAMES: dict[type[exp.Expression], str] = {
     exp.Lateral: "LATERAL",
     exp.Unnest: "UNNEST",
     exp.Values: "VALUES",
-    exp.Interval: "INTERVAL",
     exp.Columns: "COLUMNS(...)",
     exp.Lambda: "a lambda",
     exp.Placeholder: "a parameter placeholder",

@@ -22,7 +22,11 @@ from eddies.router.udf_calls import UdfStats
 
 @dataclass
 class ModuleStats:
-    """Counters of one destination (or scan AM). busy_seconds: wall time spent in process."""
+    """Counters of one destination (or scan AM). busy_seconds: wall time spent in process.
+
+    For a scan AM over files: fragments (files) and Parquet row groups it read, and those
+    its pushed-down filter skipped (partition pruning, row-group statistics).
+    """
 
     name: str
     kind: str
@@ -30,6 +34,10 @@ class ModuleStats:
     tuples_out: int = 0
     batches_in: int = 0
     busy_seconds: float = 0.0
+    fragments: int = 0
+    fragments_skipped: int = 0
+    row_groups: int = 0
+    row_groups_skipped: int = 0
 
 
 @dataclass
