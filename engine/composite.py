@@ -1,0 +1,721 @@
+"""Composite queries: what runs before, beside and above the eddy.
+
+One eddy runs one SELECT block (joins, selections, aggregation, DISTINCT, ORDER BY,
+LIMIT). A query with WITH, derived tables, scalar subqueries, set operations, window
+functions, QUALIFY, DISTINCT ON, GROUP BY ALL or ORDER BY ALL is split here into eddy
+queries and the steps around them, on the sqlglot tree:
+
+- ``WITH``: each CTE runs first as its own (possibly composite) query; its Arrow result
+  becomes a table of the rest of the statement, shadowing a catalog table of that name,
+  and every reference reads it (a CTE used several times runs once).
+- ``FROM (SELECT ...) AS d``: a derived table is run the same way, as its own query whose
+  result becomes a table of the outer block (whatever it holds: aggregates, LIMIT,
+  DISTINCT, windows).
+- scalar subqueries ``(SELECT avg(x) FROM t)``: run first; their one value becomes a typed
+  literal in the outer block, so the outer eddy still streams and its LIMIT still stops
+  it early. More than one row (or column) fails with an EddiesError, as in DuckDB.
+- ``GROUP BY ALL``: rewritten into the eddy's GROUP BY (the select items without
+  aggregates).
+- ``UNION ALL`` of eddy blocks whose columns have common types: streamed, branch after
+  branch, each batch cast to the common types; LIMIT/OFFSET stop the running eddy early.
+- other set operations (DuckDB semantics: ``UNION``/``INTERSECT``/``EXCEPT`` are set
+  operations, ``INTERSECT ALL``/``EXCEPT ALL`` bag operations), window functions,
+  ``QUALIFY``, ``DISTINCT ON`` and ``ORDER BY ALL`` run above the eddy, in DuckDB
+  (engine/above.py says why): the block's FROM ... HAVING part runs in the eddy with every
+  expression those operators read computed there as an extra column (``__h0``, ...), and
+  DuckDB evaluates the rest over the eddy's Arrow output.
+
+Queries over stream tables are refused: every step above needs its input's end.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Awaitable, Callable, Hashable
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+import pyarrow as pa
+import trio
+from sqlglot import exp
+
+from eddies.engine.above import run_above
+from eddies.engine.catalog import CatalogTable
+from eddies.engine.compile import cast_to, common_type
+from eddies.engine.errors import EddiesError, UnsupportedQueryError, describe
+from eddies.engine.options import RunOptions
+from eddies.engine.sql_allowlist import WINDOW_FUNCTIONS, composite_construct, is_all
+from eddies.router.stats import RunStats
+from eddies.sources.arrow_source import make_source
+
+#: Opens one eddy query: ``open_eddy(sql, catalog, options=...)`` (api.open_query's shape).
+OpenEddy = Callable[..., AbstractAsyncContextManager[Any]]
+#: Receives result batches.
+Put = Callable[[pa.RecordBatch], Awaitable[None]]
+
+_SET_OPS = (exp.Union, exp.Intersect, exp.Except)
+
+
+def is_composite(root: exp.Expression) -> bool:
+    """Whether ``root`` needs this module (see the module docstring)."""
+    return composite_construct(root) is not None
+
+
+class _Tables:
+    """The catalog with the statement's materialized CTEs and derived tables added (the
+    duck-typed part the planner reads)."""
+
+    def __init__(self, base: Any, added: dict[str, CatalogTable] | None = None) -> None:
+        self._base = base
+        self._added = dict(added or {})
+
+    def child(self) -> _Tables:
+        return _Tables(self._base, self._added)
+
+    def add(self, name: str, table: pa.Table, what: str) -> None:
+        seen: set[str] = set()
+        for column in table.column_names:
+            if column.lower() in seen:
+                raise UnsupportedQueryError(
+                    f"{what} has two columns named {column!r}; give them distinct aliases"
+                )
+            seen.add(column.lower())
+        key = name.lower()
+        self._added[key] = CatalogTable(key, table.schema, scans=[make_source(key, table)])
+
+    def has_table(self, name: str) -> bool:
+        return name.lower() in self._added or self._base.has_table(name)
+
+    def table(self, name: str) -> CatalogTable:
+        key = name.lower()
+        return self._added[key] if key in self._added else self._base.table(key)
+
+    @property
+    def tables(self) -> list[str]:
+        return sorted(set(self._base.tables) | set(self._added))
+
+    @property
+    def functions(self) -> dict:
+        return self._base.functions
+
+
+@dataclass
+class _Context:
+    tables: _Tables
+    options: RunOptions
+    open_eddy: OpenEddy
+    runs: list[RunStats]
+    counter: list[int] = field(default_factory=lambda: [0])
+
+    def fresh(self, prefix: str) -> str:
+        self.counter[0] += 1
+        return f"__{prefix}_{self.counter[0]}"
+
+    def child(self) -> _Context:
+        return _Context(self.tables.child(), self.options, self.open_eddy, self.runs, self.counter)
+
+
+# ------------------------------------------------------------------------------ results
+class CompositeResults:
+    """Async iterator over a composite query's result RecordBatches (QueryResults' shape).
+
+    ``schema`` is known once the results end (or from the first batch); ``runs`` holds the
+    RunStats of every eddy query the statement ran, ``stats`` the last one's.
+    """
+
+    def __init__(self, receive: trio.MemoryReceiveChannel, stop: trio.CancelScope) -> None:
+        self.schema: pa.Schema | None = None
+        self.runs: list[RunStats] = []
+        self.exhausted = False
+        self.completed = trio.Event()
+        self.commit_points = None
+        self.keep_increments = False
+        self._receive = receive
+        self._stop = stop
+
+    @property
+    def stats(self) -> RunStats | None:
+        """The RunStats of the latest eddy query of the statement (None before the first)."""
+        return self.runs[-1] if self.runs else None
+
+    async def commit(self, tag: Hashable) -> list[pa.RecordBatch]:
+        raise EddiesError("commit points exist only for queries over stream tables")
+
+    def take_increment(self) -> list[pa.RecordBatch]:
+        return []
+
+    def __aiter__(self) -> AsyncIterator[pa.RecordBatch]:
+        return self._batches()
+
+    async def _batches(self) -> AsyncIterator[pa.RecordBatch]:
+        try:
+            async for batch in self._receive:
+                if self.schema is None:
+                    self.schema = batch.schema
+                yield batch
+        except BaseException:
+            self._stop.cancel()
+            self._receive.close()
+            raise
+        await self.completed.wait()
+        self.exhausted = True
+
+
+@asynccontextmanager
+async def open_composite(
+    root: exp.Expression, catalog: Any, options: RunOptions, open_eddy: OpenEddy
+) -> AsyncIterator[CompositeResults]:
+    """Run the composite statement ``root`` (checked by sql.parse_statement) under trio.
+
+    Yields :class:`CompositeResults`; the eddy queries are opened with ``open_eddy``.
+    Raises UnsupportedQueryError for a shape this module does not split, and whatever the
+    eddy queries raise.
+    """
+    _refuse_streams(root, catalog)
+    send, receive = trio.open_memory_channel(4)
+    stop = trio.CancelScope()
+    results = CompositeResults(receive, stop)
+    ctx = _Context(_Tables(catalog), options, open_eddy, results.runs)
+
+    async def produce() -> None:
+        with stop:
+            async with send:
+                schema = await _emit(root, ctx, send.send)
+            if results.schema is None:
+                results.schema = schema
+            results.completed.set()
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(produce, name="eddies:composite")
+        try:
+            yield results
+        finally:
+            if not results.exhausted:
+                stop.cancel()
+
+
+def _refuse_streams(root: exp.Expression, catalog: Any) -> None:
+    ctes = {c.alias_or_name.lower() for c in root.find_all(exp.CTE)}
+    for table in root.find_all(exp.Table):
+        name = table.name.lower()
+        if name in ctes or not catalog.has_table(name):
+            continue
+        if catalog.table(name).stream is not None:
+            node, what = composite_construct(root) or (root, "this query")
+            raise UnsupportedQueryError(
+                f"{what} over the stream table {name!r} is not supported (it needs the "
+                f"stream's end): {describe(node)}"
+            )
+
+
+# ---------------------------------------------------------------------------- running
+async def _collect(node: exp.Expression, ctx: _Context) -> pa.Table:
+    """Run ``node`` (a statement part) to its end; its result as one Arrow table."""
+    batches: list[pa.RecordBatch] = []
+
+    async def put(batch: pa.RecordBatch) -> None:
+        batches.append(batch)
+
+    schema = await _emit(node, ctx, put)
+    return pa.Table.from_batches(batches, schema=schema)
+
+
+async def _emit(node: exp.Expression, ctx: _Context, put: Put) -> pa.Schema:
+    """Run ``node``, handing its result batches to ``put``; returns the result schema."""
+    while isinstance(node, exp.Subquery):  # (SELECT ...) as a whole statement or operand
+        node = node.this
+    node = node.copy()
+    with_ = node.args.get("with_")
+    if with_ is not None:
+        ctx = ctx.child()
+        for cte in with_.expressions:
+            name = cte.alias_or_name
+            ctx.tables.add(name, await _collect(cte.this, ctx), f"the CTE {name!r}")
+        node.set("with_", None)
+    if isinstance(node, _SET_OPS):
+        return await _set_operation(node, ctx, put)
+    if not isinstance(node, exp.Select):
+        raise UnsupportedQueryError(f"only SELECT queries are supported, got {describe(node)}")
+    await _derived_tables(node, ctx)
+    await _scalar_subqueries(node, ctx)
+    _group_by_all(node)
+    if _needs_above(node):
+        return await _window_block(node, ctx, put)
+    return await _eddy(node.sql(dialect="duckdb"), ctx, put)
+
+
+async def _eddy(sql: str, ctx: _Context, put: Put, limit: int | None = None) -> pa.Schema:
+    """One eddy query; with ``limit``, stop it once that many rows were handed on."""
+    async with ctx.open_eddy(sql, ctx.tables, options=ctx.options) as results:
+        ctx.runs.append(results.stats)
+        left = limit
+        async for batch in results:
+            if left is not None:
+                batch = batch.slice(0, left)
+                left -= batch.num_rows
+            if batch.num_rows:
+                await put(batch)
+            if left == 0:
+                break
+    return results.schema
+
+
+async def _derived_tables(select: exp.Select, ctx: _Context) -> None:
+    """Replace each ``(SELECT ...) AS d`` in FROM/JOIN by a table holding its result."""
+    from_ = select.args.get("from_")
+    items = [from_] if from_ is not None else []
+    items += select.args.get("joins") or []
+    for item in items:
+        sub = item.this
+        if not isinstance(sub, exp.Subquery):
+            continue
+        alias = sub.alias_or_name or ctx.fresh("subquery")
+        name = ctx.fresh("derived")
+        ctx.tables.add(name, await _collect(sub.this, ctx), f"the derived table {alias!r}")
+        sub.replace(exp.Table(this=exp.to_identifier(name), alias=exp.TableAlias(this=alias)))
+
+
+async def _scalar_subqueries(select: exp.Select, ctx: _Context) -> None:
+    """Run each uncorrelated scalar subquery of the block and put its value in its place."""
+    for sub in list(select.find_all(exp.Subquery)):
+        if sub.parent_select is not select or isinstance(sub.parent, exp.In):
+            continue  # inside another subquery, or IN (SELECT ...): not a scalar subquery
+        table = await _collect(sub.this, ctx)
+        if table.num_columns != 1:
+            raise UnsupportedQueryError(
+                f"a scalar subquery must return one column, this one returns "
+                f"{table.num_columns}: {describe(sub)}"
+            )
+        if table.num_rows > 1:
+            raise EddiesError(
+                "More than one row returned by a subquery used as an expression - scalar "
+                f"subqueries can only return a single row: {describe(sub)}"
+            )
+        column = table.column(0)
+        value = column[0] if table.num_rows else pa.scalar(None, column.type)
+        sub.replace(exp.paren(typed_literal(value, sub)))
+
+
+def typed_literal(value: pa.Scalar, where: exp.Expression) -> exp.Expression:
+    """SQL text for one Arrow value that parses back to the same value and type
+    (``CAST('2.5' AS DOUBLE)``); UnsupportedQueryError for a type SQL cannot write."""
+    if pa.types.is_dictionary(value.type):
+        value = value.value if value.is_valid else pa.scalar(None, value.type.value_type)
+    t = value.type
+    if t == pa.null():
+        return exp.Null()
+    type_sql = _TYPE_SQL.get(t)
+    if type_sql is None and pa.types.is_decimal(t):
+        type_sql = f"DECIMAL({t.precision}, {t.scale})"
+    if type_sql is None and pa.types.is_timestamp(t):
+        type_sql = "TIMESTAMPTZ" if t.tz is not None else "TIMESTAMP"
+    if type_sql is None:
+        raise UnsupportedQueryError(
+            f"a scalar subquery of type {t} is not supported: {describe(where)}"
+        )
+    to = exp.DataType.build(type_sql, dialect="duckdb")
+    if not value.is_valid:
+        return exp.cast(exp.Null(), to)
+    if pa.types.is_boolean(t):
+        return exp.Boolean(this=value.as_py())
+    if pa.types.is_floating(t):
+        text = repr(float(value.as_py()))  # shortest round-trip digits; nan, inf
+    elif pa.types.is_timestamp(t) or pa.types.is_date(t):
+        text = value.cast(pa.string()).as_py()  # ISO text, every digit; Z for UTC
+    else:
+        text = str(value.as_py())
+    return exp.cast(exp.Literal.string(text), to)
+
+
+_TYPE_SQL = {
+    pa.int8(): "TINYINT",
+    pa.int16(): "SMALLINT",
+    pa.int32(): "INTEGER",
+    pa.int64(): "BIGINT",
+    pa.uint8(): "UTINYINT",
+    pa.uint16(): "USMALLINT",
+    pa.uint32(): "UINTEGER",
+    pa.uint64(): "UBIGINT",
+    pa.float32(): "FLOAT",
+    pa.float64(): "DOUBLE",
+    pa.string(): "VARCHAR",
+    pa.large_string(): "VARCHAR",
+    pa.bool_(): "BOOLEAN",
+    pa.date32(): "DATE",
+}
+
+
+def _is_aggregate_item(item: exp.Expression) -> bool:
+    return any(
+        isinstance(n, exp.AggFunc) and n.find_ancestor(exp.Window) is None
+        for n in item.find_all(exp.AggFunc)
+    )
+
+
+def _group_by_all(select: exp.Select) -> None:
+    """``GROUP BY ALL``: group by every select item without an aggregate (DuckDB)."""
+    group = select.args.get("group")
+    if group is None or not group.args.get("all"):
+        return
+    keys = []
+    for item in select.expressions:
+        if item.is_star:
+            raise UnsupportedQueryError(f"GROUP BY ALL with * is not supported: {describe(item)}")
+        inner = item.unalias()
+        if _is_aggregate_item(inner) or inner.find(exp.Window) is not None:
+            continue
+        keys.append(inner.copy())
+    select.set("group", exp.Group(expressions=keys) if keys else None)
+
+
+# ---------------------------------------------------------------------- set operations
+def _set_leaves(node: exp.Expression) -> list[exp.Expression]:
+    """The operands of a tree of set operations, left to right."""
+    while isinstance(node, exp.Subquery) and not node.args.get("alias"):
+        if not isinstance(node.this, _SET_OPS):
+            break
+        node = node.this
+    if isinstance(node, _SET_OPS) and not node.args.get("with_"):
+        return _set_leaves(node.this) + _set_leaves(node.expression)
+    return [node]
+
+
+def _union_all_only(node: exp.Expression) -> bool:
+    while isinstance(node, exp.Subquery) and isinstance(node.this, _SET_OPS):
+        node = node.this
+    if not isinstance(node, _SET_OPS):
+        return True
+    if not isinstance(node, exp.Union) or node.args.get("distinct") or node.args.get("with_"):
+        return False
+    if node.args.get("order") is not None:
+        return False
+    return _union_all_only(node.this) and _union_all_only(node.expression)
+
+
+async def _set_operation(node: exp.Expression, ctx: _Context, put: Put) -> pa.Schema:
+    leaves = _set_leaves(node)
+    if _union_all_only(node) and _inner_bounds_only(node):
+        streamed = await _stream_union_all(node, leaves, ctx, put)
+        if streamed is not None:
+            return streamed
+    inputs: dict[str, pa.Table] = {}
+    replacements: dict[int, exp.Expression] = {}
+    for leaf in leaves:
+        name = ctx.fresh("operand")
+        table = await _collect(leaf, ctx)
+        inputs[name] = _dedupe_names(table)
+        replacements[id(leaf)] = exp.select("*").from_(name)
+    top = _replace_leaves(node, replacements)
+    table = await trio.to_thread.run_sync(run_above, top.sql(dialect="duckdb"), inputs)
+    for batch in table.to_batches():
+        await put(batch)
+    return table.schema
+
+
+def _replace_leaves(
+    node: exp.Expression, replacements: dict[int, exp.Expression]
+) -> exp.Expression:
+    """``node`` with each set operand replaced (by id) as ``replacements`` says."""
+    if id(node) in replacements:
+        return replacements[id(node)]
+    if isinstance(node, exp.Subquery):
+        return exp.Subquery(this=_replace_leaves(node.this, replacements))
+    out = node.copy()
+    out.set("this", _replace_leaves(node.this, replacements))
+    out.set("expression", _replace_leaves(node.expression, replacements))
+    return out
+
+
+def _inner_bounds_only(node: exp.Expression) -> bool:
+    """Only the top set operation may carry LIMIT/OFFSET for the streamed UNION ALL."""
+    for sub in node.find_all(*_SET_OPS):
+        if sub is not node and (sub.args.get("limit") or sub.args.get("offset")):
+            return False
+    return True
+
+
+async def _stream_union_all(
+    node: exp.Expression, leaves: list[exp.Expression], ctx: _Context, put: Put
+) -> pa.Schema | None:
+    """UNION ALL streamed branch after branch, or None when the branches are not plain
+    eddy blocks with common column types (DuckDB then runs it)."""
+    from eddies.engine.planner import plan_query  # the planner names each branch's types
+
+    sqls = []
+    schemas = []
+    for leaf in leaves:
+        inner = leaf.this if isinstance(leaf, exp.Subquery) else leaf
+        if not isinstance(inner, exp.Select) or is_composite(inner):
+            return None
+        sql = inner.sql(dialect="duckdb")
+        sqls.append(sql)
+        schemas.append(plan_query(sql, ctx.tables).finalize.schema)
+    widths = {len(s) for s in schemas}
+    if len(widths) != 1:
+        return None  # DuckDB names the mismatch
+    types = []
+    for i in range(len(schemas[0])):
+        t = common_type([s.field(i).type for s in schemas])
+        if t is None or t == pa.null():
+            return None  # no common type, or only NULLs: DuckDB's rules decide
+        types.append(t)
+    schema = pa.schema([pa.field(schemas[0].field(i).name, t) for i, t in enumerate(types)])
+    offset = _bound(node, "offset") or 0
+    limit = _bound(node, "limit")
+
+    async def cast_put(batch: pa.RecordBatch) -> None:
+        nonlocal offset, limit
+        skip = min(offset, batch.num_rows)
+        batch, offset = batch.slice(skip), offset - skip
+        if limit is not None:
+            batch = batch.slice(0, limit)
+            limit -= batch.num_rows
+        if batch.num_rows:
+            columns = [cast_to(c, t) for c, t in zip(batch.columns, types, strict=True)]
+            await put(pa.RecordBatch.from_arrays(columns, schema=schema))
+
+    for sql in sqls:
+        if limit == 0:
+            break
+        # At most offset + limit rows of this branch matter: its eddy stops there.
+        await _eddy(sql, ctx, cast_put, None if limit is None else offset + limit)
+    return schema
+
+
+def _bound(node: exp.Expression, key: str) -> int | None:
+    clause = node.args.get(key)
+    if clause is None:
+        return None
+    value = clause.args.get("expression") if isinstance(clause, exp.Limit | exp.Offset) else clause
+    if isinstance(value, exp.Literal) and not value.is_string and value.this.isdigit():
+        return int(value.this)
+    raise UnsupportedQueryError(
+        f"{key.upper()} must be a non-negative integer literal: {describe(clause)}"
+    )
+
+
+def _dedupe_names(table: pa.Table) -> pa.Table:
+    """Distinct column names for DuckDB (``a``, ``a_1`` as DuckDB names duplicates)."""
+    seen: dict[str, int] = {}
+    names = []
+    for name in table.column_names:
+        if name.lower() in seen:
+            seen[name.lower()] += 1
+            name = f"{name}_{seen[name.lower()]}"
+        seen.setdefault(name.lower(), 0)
+        names.append(name)
+    return table.rename_columns(names)
+
+
+# ------------------------------------------------------------ windows and other tops
+def _needs_above(select: exp.Select) -> bool:
+    distinct = select.args.get("distinct")
+    order = select.args.get("order")
+    return (
+        any(i.find(exp.Window) is not None for i in select.expressions)
+        or select.args.get("qualify") is not None
+        or (distinct is not None and distinct.args.get("on") is not None)
+        or (order is not None and any(is_all(o.this) for o in order.expressions))
+        or (order is not None and any(o.find(exp.Window) for o in order.expressions))
+    )
+
+
+class _Split:
+    """The eddy's part of a block whose top runs in DuckDB: hoisted expressions."""
+
+    def __init__(self) -> None:
+        self.items: list[exp.Expression] = []
+        self._names: dict[str, exp.Column] = {}
+
+    def hoist(self, node: exp.Expression) -> exp.Column:
+        key = node.sql(dialect="duckdb")
+        column = self._names.get(key)
+        if column is None:
+            name = f"__h{len(self.items)}"
+            self.items.append(exp.alias_(node.copy(), name, quoted=True))
+            column = self._names[key] = exp.column(name, quoted=True)
+        return column.copy()
+
+
+def _reads_input(node: exp.Expression) -> bool:
+    return any(isinstance(n, exp.Column | exp.AggFunc | exp.Anonymous) for n in node.walk())
+
+
+def _is_alias(node: exp.Expression, aliases: set[str]) -> bool:
+    return isinstance(node, exp.Column) and not node.table and node.name.lower() in aliases
+
+
+def _rewrite(node: exp.Expression, split: _Split, aliases: set[str]) -> exp.Expression:
+    """``node`` for DuckDB: windows kept, everything they and the rest read hoisted into
+    the eddy's part; a bare name in ``aliases`` stays (an output column of the block)."""
+    if _is_alias(node, aliases):
+        return node.copy()
+    if node.find(exp.Window) is None and not any(_is_alias(n, aliases) for n in node.walk()):
+        return split.hoist(node) if _reads_input(node) else node.copy()
+    if isinstance(node, exp.Window):
+        return _rewrite_window(node, split)
+    out = node.copy()
+    for key, value in node.args.items():
+        if isinstance(value, exp.Expression):
+            out.set(key, _rewrite(value, split, aliases))
+        elif isinstance(value, list):
+            out.set(
+                key,
+                [
+                    _rewrite(v, split, aliases) if isinstance(v, exp.Expression) else v
+                    for v in value
+                ],
+            )
+    return out
+
+
+def _rewrite_window(window: exp.Window, split: _Split) -> exp.Window:
+    call = window.this
+    ignore_nulls = isinstance(call, exp.IgnoreNulls)
+    if ignore_nulls:
+        call = call.this
+    if not isinstance(call, WINDOW_FUNCTIONS):
+        name = call.sql_name().lower() if isinstance(call, exp.Func) else call.sql()
+        raise UnsupportedQueryError(
+            f"{name} as a window function is not supported: {describe(window)}"
+        )
+    if call.find(exp.Distinct) is not None or window.find(exp.Filter) is not None:
+        raise UnsupportedQueryError(
+            f"DISTINCT or FILTER in a window aggregate is not supported: {describe(window)}"
+        )
+    if any(n.find(exp.Window) for n in window.iter_expressions() if n is not window):
+        raise UnsupportedQueryError(
+            f"a window function inside a window function: {describe(window)}"
+        )
+    new_call = call.copy()
+    for key, value in call.args.items():
+        if isinstance(value, exp.Expression) and not isinstance(value, exp.Star):
+            new_call.set(key, split.hoist(value) if _reads_input(value) else value.copy())
+    out = window.copy()
+    out.set("this", exp.IgnoreNulls(this=new_call) if ignore_nulls else new_call)
+    out.set(
+        "partition_by",
+        [
+            split.hoist(p) if _reads_input(p) else p.copy()
+            for p in window.args.get("partition_by") or []
+        ],
+    )
+    order = window.args.get("order")
+    if order is not None:
+        new_order = order.copy()
+        new_order.set("expressions", [_hoist_ordered(o, split) for o in order.expressions])
+        out.set("order", new_order)
+    return out
+
+
+def _hoist_ordered(ordered: exp.Ordered, split: _Split) -> exp.Ordered:
+    out = ordered.copy()
+    if _reads_input(ordered.this):
+        out.set("this", split.hoist(ordered.this))
+    return out
+
+
+def _output_name(item: exp.Expression) -> str:
+    if isinstance(item, exp.Alias):
+        return item.alias
+    if isinstance(item, exp.Column):
+        return item.name
+    return item.sql(dialect="duckdb")
+
+
+def _find_windows(select: exp.Select, key: str) -> list[exp.Window]:
+    value = select.args.get(key)
+    nodes = value if isinstance(value, list) else [value] if value is not None else []
+    return [w for n in nodes for w in n.find_all(exp.Window)]
+
+
+async def _window_block(select: exp.Select, ctx: _Context, put: Put) -> pa.Schema:
+    """Run the block's FROM ... HAVING in the eddy and its windows, QUALIFY, DISTINCT
+    [ON], ORDER BY, LIMIT and OFFSET in DuckDB over the eddy's output."""
+    for key in ("where", "group", "having"):
+        clause = select.args.get(key)
+        if clause is not None and clause.find(exp.Window) is not None:
+            raise UnsupportedQueryError(
+                f"window functions are not allowed in {key.upper()}: {describe(clause)}"
+            )
+    windows = [w for key in ("expressions", "qualify", "order") for w in _find_windows(select, key)]
+    if select.args.get("qualify") is not None and not windows:
+        raise UnsupportedQueryError(
+            "QUALIFY needs a window function in the SELECT list or in QUALIFY (as in "
+            f"DuckDB): {describe(select.args['qualify'])}"
+        )
+    split = _Split()
+    stars = [i for i in select.expressions if i.is_star]
+    if len(stars) > 1:
+        raise UnsupportedQueryError(
+            "more than one * item together with window functions is not supported: "
+            f"{describe(stars[1])}"
+        )
+    aliases = {_output_name(i).lower() for i in select.expressions if not i.is_star}
+    outer_items: list[exp.Expression | None] = []
+    for item in select.expressions:
+        if item.is_star:
+            outer_items.append(None)  # the star's columns, known once the eddy ran
+            continue
+        name = _output_name(item)
+        body = _rewrite(item.unalias(), split, set())
+        outer_items.append(exp.alias_(body, name, quoted=True))
+    distinct = select.args.get("distinct")
+    outer_distinct = None
+    if distinct is not None:
+        on = distinct.args.get("on")
+        if on is not None:
+            on = exp.Tuple(expressions=[_rewrite(e, split, aliases) for e in on.expressions])
+        outer_distinct = exp.Distinct(on=on)
+    qualify = select.args.get("qualify")
+    outer_qualify = _rewrite(qualify.this, split, aliases) if qualify is not None else None
+    order = select.args.get("order")
+    outer_order = None
+    if order is not None:
+        items = []
+        for o in order.expressions:
+            new = o.copy()
+            if not is_all(o.this) and not (
+                isinstance(o.this, exp.Literal) and not o.this.is_string
+            ):
+                new.set("this", _rewrite(o.this, split, aliases))
+            items.append(new)
+        outer_order = exp.Order(expressions=items)
+
+    inner = select.copy()
+    for key in ("qualify", "order", "limit", "offset", "distinct"):
+        inner.set(key, None)
+    star_items = [s.copy() for s in stars]
+    hoisted = list(split.items) or (
+        [] if star_items else [exp.alias_(exp.Literal.number(1), "__h0", quoted=True)]
+    )
+    inner.set("expressions", star_items + hoisted)
+    table = await _collect(inner, ctx)
+
+    width = table.num_columns - len(hoisted)
+    names = [f"__c{i}" for i in range(width)] + [f"__h{i}" for i in range(len(hoisted))]
+    star_names = table.column_names[:width]
+    base = table.rename_columns(names)
+    items = []
+    for item in outer_items:
+        if item is None:
+            items += [
+                exp.alias_(exp.column(f"__c{i}", quoted=True), n, quoted=True)
+                for i, n in enumerate(star_names)
+            ]
+        else:
+            items.append(item)
+    outer = exp.Select(expressions=items).from_("__base")
+    if outer_distinct is not None:
+        outer.set("distinct", outer_distinct)
+    if outer_qualify is not None:
+        outer.set("qualify", exp.Qualify(this=outer_qualify))
+    if outer_order is not None:
+        outer.set("order", outer_order)
+    for key in ("limit", "offset"):
+        if select.args.get(key) is not None:
+            outer.set(key, select.args[key].copy())
+    result = await trio.to_thread.run_sync(run_above, outer.sql(dialect="duckdb"), {"__base": base})
+    for batch in result.to_batches():
+        await put(batch)
+    return result.schema
