@@ -512,7 +512,7 @@ def _needs_above(select: exp.Select) -> bool:
     distinct = select.args.get("distinct")
     order = select.args.get("order")
     return (
-        any(i.find(exp.Window) is not None for i in select.expressions)
+        any(w.parent_select is select for w in select.find_all(exp.Window))
         or select.args.get("qualify") is not None
         or (distinct is not None and distinct.args.get("on") is not None)
         or (order is not None and any(is_all(o.this) for o in order.expressions))
