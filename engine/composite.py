@@ -45,6 +45,7 @@ from eddies.engine.compile import cast_to, common_type
 from eddies.engine.errors import EddiesError, UnsupportedQueryError, describe
 from eddies.engine.options import RunOptions
 from eddies.engine.sql_allowlist import WINDOW_FUNCTIONS, composite_construct, is_all
+from eddies.engine.subquery_merge import merge
 from eddies.router.stats import RunStats
 from eddies.sources.arrow_source import make_source
 
@@ -224,7 +225,7 @@ async def _emit(node: exp.Expression, ctx: _Context, put: Put) -> pa.Schema:
     """Run ``node``, handing its result batches to ``put``; returns the result schema."""
     while isinstance(node, exp.Subquery):  # (SELECT ...) as a whole statement or operand
         node = node.this
-    node = node.copy()
+    node = merge(node.copy(), ctx.tables)  # derived tables and CTEs sqlglot can merge
     with_ = node.args.get("with_")
     if with_ is not None:
         ctx = ctx.child()

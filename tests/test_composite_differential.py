@@ -398,3 +398,21 @@ def mixed_query(draw) -> tuple[str, list[int] | None]:
 def test_mixed_composite_queries_match_duckdb(query):
     sql, keys = query
     _check(sql, ordered_keys=keys)
+
+
+async def test_a_simple_derived_table_is_merged_into_one_eddy():
+    cat = _big_catalog(50_000)
+    sql = "SELECT d.x FROM (SELECT x FROM big WHERE x % 2 = 0) AS d JOIN t ON d.x = t.k LIMIT 3"
+    async with open_query(sql, cat, batch_size=100) as results:
+        rows = sum([b.num_rows async for b in results])
+    assert rows == 3
+    assert len(results.runs) == 1  # sqlglot's merge_subqueries: one eddy over big and t
+    assert {"scan:big", "scan:t"} <= set(results.runs[0].modules)
+
+
+async def test_a_cte_used_twice_runs_once():
+    sql = "WITH c AS (SELECT a FROM t WHERE a > 1) SELECT x.a FROM c AS x JOIN c AS y ON x.a = y.a"
+    async with open_query(sql, make_catalog(TABLES)) as results:
+        got = pa.Table.from_batches([b async for b in results])
+    assert_same_bag(got, sql, TABLES)
+    assert len(results.runs) == 2  # the CTE, then the join reading its result twice
