@@ -309,7 +309,9 @@ def typed_literal(value: pa.Scalar, where: exp.Expression) -> exp.Expression:
     if type_sql is None and pa.types.is_decimal(t):
         type_sql = f"DECIMAL({t.precision}, {t.scale})"
     if type_sql is None and pa.types.is_timestamp(t):
-        type_sql = "TIMESTAMPTZ" if t.tz is not None else "TIMESTAMP"
+        if t.tz is not None and t.unit != "us":  # DuckDB's TIMESTAMPTZ is microseconds
+            value, t = value.cast(pa.timestamp("us", t.tz), safe=False), pa.timestamp("us", t.tz)
+        type_sql = "TIMESTAMPTZ" if t.tz is not None else _TIMESTAMP_SQL[t.unit]
     if type_sql is None:
         raise UnsupportedQueryError(
             f"a scalar subquery of type {t} is not supported: {describe(where)}"
@@ -328,6 +330,7 @@ def typed_literal(value: pa.Scalar, where: exp.Expression) -> exp.Expression:
     return exp.cast(exp.Literal.string(text), to)
 
 
+_TIMESTAMP_SQL = {"s": "TIMESTAMP_S", "ms": "TIMESTAMP_MS", "us": "TIMESTAMP", "ns": "TIMESTAMP_NS"}
 _TYPE_SQL = {
     pa.int8(): "TINYINT",
     pa.int16(): "SMALLINT",
@@ -524,7 +527,8 @@ def _needs_above(select: exp.Select) -> bool:
 class _Split:
     """The eddy's part of a block whose top runs in DuckDB: hoisted expressions."""
 
-    def __init__(self) -> None:
+    def __init__(self, functions: set[str]) -> None:
+        self.functions = functions  # registered Python functions: evaluated in the eddy
         self.items: list[exp.Expression] = []
         self._names: dict[str, exp.Column] = {}
 
@@ -555,6 +559,11 @@ def _rewrite(node: exp.Expression, split: _Split, aliases: set[str]) -> exp.Expr
         return split.hoist(node) if _reads_input(node) else node.copy()
     if isinstance(node, exp.Window):
         return _rewrite_window(node, split)
+    if isinstance(node, exp.Anonymous) and node.name.lower() in split.functions:
+        raise UnsupportedQueryError(
+            f"a registered function applied to a window function's result is not supported "
+            f"(it runs in the eddy, below the window): {describe(node)}"
+        )
     out = node.copy()
     for key, value in node.args.items():
         if isinstance(value, exp.Expression):
@@ -645,7 +654,7 @@ async def _window_block(select: exp.Select, ctx: _Context, put: Put) -> pa.Schem
             "QUALIFY needs a window function in the SELECT list or in QUALIFY (as in "
             f"DuckDB): {describe(select.args['qualify'])}"
         )
-    split = _Split()
+    split = _Split({name.lower() for name in ctx.tables.functions})
     stars = [i for i in select.expressions if i.is_star]
     if len(stars) > 1:
         raise UnsupportedQueryError(

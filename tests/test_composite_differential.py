@@ -12,14 +12,17 @@ with a scalar subquery stops the eddy early (counted in scanned rows); what cann
 
 from __future__ import annotations
 
+import datetime as dt
+import decimal
 import os
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pytest
 import trio
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from oracle import assert_same_bag, check_all, make_catalog
+from oracle import assert_same_bag, check_all, duckdb_table, make_catalog, table_rows
 
 from eddies.engine import Catalog, EddiesError, execute, explain, open_query
 from eddies.engine.cli import main
@@ -416,3 +419,48 @@ async def test_a_cte_used_twice_runs_once():
         got = pa.Table.from_batches([b async for b in results])
     assert_same_bag(got, sql, TABLES)
     assert len(results.runs) == 2  # the CTE, then the join reading its result twice
+
+
+V = pa.table(
+    {
+        "d": pa.array([dt.date(2020, 1, 2), dt.date(2021, 5, 6), None]),
+        "ts": pa.array(
+            [dt.datetime(2020, 1, 2, 3, 4, 5, 123456), dt.datetime(2020, 1, 2), None],
+            pa.timestamp("us"),
+        ),
+        "tz": pa.array(
+            [dt.datetime(2020, 1, 2, 3, 4, 5, 123456), None, dt.datetime(2019, 1, 1)],
+            pa.timestamp("us", tz="UTC"),
+        ),
+        "ms": pa.array([1577934245123, None, 0], pa.timestamp("ms")),
+        "m": pa.array(
+            [decimal.Decimal("1.25"), decimal.Decimal("-3.50"), None], pa.decimal128(10, 2)
+        ),
+        "f": pa.array([0.1, float("nan"), 1e300]),
+        "s": pa.array(["it's", "b", None]),
+        "i8": pa.array([1, -2, None], pa.int8()),
+        "flag": pa.array([True, None, False]),
+    }
+)
+
+
+@pytest.mark.parametrize("column", V.column_names)
+@pytest.mark.parametrize("aggregate", ["max", "min"])
+def test_scalar_subquery_values_keep_their_type(column, aggregate):
+    sql = (
+        f"SELECT {column}, (SELECT {aggregate}({column}) FROM v) AS x FROM v "
+        f"WHERE {column} = (SELECT {aggregate}({column}) FROM v) OR {column} IS NULL"
+    )
+    got = execute(sql, make_catalog({"v": V}))
+    assert_same_bag(got, sql, {"v": V})
+    assert got.schema.field("x").type == V.schema.field(column).type
+
+
+def test_registered_functions_run_in_the_eddy_below_windows():
+    cat = make_catalog(TABLES)
+    cat.add_function("twice", lambda v: pc.multiply(v, 2), return_type=pa.int64())
+    got = execute("SELECT k, sum(twice(a)) OVER (ORDER BY k) AS s FROM t", cat)
+    expected = duckdb_table("SELECT k, sum(a * 2) OVER (ORDER BY k) AS s FROM t", TABLES)
+    assert sorted(table_rows(got)) == sorted(table_rows(expected))
+    with pytest.raises(UnsupportedQueryError, match="registered function"):
+        execute("SELECT twice(rank() OVER (ORDER BY k)) FROM t", cat)
