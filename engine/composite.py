@@ -247,18 +247,37 @@ async def _emit(node: exp.Expression, ctx: _Context, put: Put) -> pa.Schema:
 
 async def _eddy(sql: str, ctx: _Context, put: Put, limit: int | None = None) -> pa.Schema:
     """One eddy query; with ``limit``, stop it once that many rows were handed on."""
-    async with ctx.open_eddy(sql, ctx.tables, options=ctx.options) as results:
-        ctx.runs.append(results.stats)
-        left = limit
-        async for batch in results:
-            if left is not None:
-                batch = batch.slice(0, left)
-                left -= batch.num_rows
-            if batch.num_rows:
-                await put(batch)
-            if left == 0:
-                break
+    try:
+        async with ctx.open_eddy(sql, ctx.tables, options=ctx.options) as results:
+            ctx.runs.append(results.stats)
+            left = limit
+            async for batch in results:
+                if left is not None:
+                    batch = batch.slice(0, left)
+                    left -= batch.num_rows
+                if batch.num_rows:
+                    await put(batch)
+                if left == 0:
+                    break
+    except EddiesError as exc:
+        if " at line " not in str(exc) or type(exc).__init__ is not EddiesError.__init__:
+            raise
+        # The line and column are in the eddy query derived from the statement: show it.
+        raise type(exc)(f"{exc} (in the eddy query derived from the statement: {sql})") from None
     return results.schema
+
+
+def _refuse_correlated(sub: exp.Expression, what: str) -> None:
+    """A subquery naming a table alias it does not define reads the outer query's row."""
+    defined = {t.alias_or_name.lower() for t in sub.find_all(exp.Table)}
+    defined |= {c.alias_or_name.lower() for c in sub.find_all(exp.CTE)}
+    defined |= {s.alias_or_name.lower() for s in sub.find_all(exp.Subquery) if s.alias}
+    for column in sub.find_all(exp.Column):
+        if column.table and column.table.lower() not in defined:
+            raise UnsupportedQueryError(
+                f"a correlated {what} (it reads {column.table!r} of the outer query) is not "
+                f"supported: {describe(column)}"
+            )
 
 
 async def _derived_tables(select: exp.Select, ctx: _Context) -> None:
@@ -270,6 +289,7 @@ async def _derived_tables(select: exp.Select, ctx: _Context) -> None:
         sub = item.this
         if not isinstance(sub, exp.Subquery):
             continue
+        _refuse_correlated(sub, "derived table")
         alias = sub.alias_or_name or ctx.fresh("subquery")
         name = ctx.fresh("derived")
         ctx.tables.add(name, await _collect(sub.this, ctx), f"the derived table {alias!r}")
@@ -281,6 +301,7 @@ async def _scalar_subqueries(select: exp.Select, ctx: _Context) -> None:
     for sub in list(select.find_all(exp.Subquery)):
         if sub.parent_select is not select or isinstance(sub.parent, exp.In):
             continue  # inside another subquery, or IN (SELECT ...): not a scalar subquery
+        _refuse_correlated(sub, "subquery")
         table = await _collect(sub.this, ctx)
         if table.num_columns != 1:
             raise UnsupportedQueryError(

@@ -241,6 +241,9 @@ def test_group_order_all_and_distinct_on(sql, keys):
         ("SELECT a FROM t UNION BY NAME SELECT a FROM u", "BY NAME"),
         ("SELECT * FROM (SELECT a, a FROM t) AS d", "two columns named"),
         ("SELECT *, count(*) FROM t GROUP BY ALL", "GROUP BY ALL with *"),
+        ("SELECT k FROM t WHERE a > (SELECT avg(a) FROM u WHERE u.k = t.k)", "correlated"),
+        ("SELECT x.a FROM t, (SELECT a FROM u WHERE u.k = t.k) AS x", "correlated"),
+        ("SELECT a, b FROM t UNION SELECT a FROM u", "same number of result columns"),
     ],
 )
 def test_refused_clearly(sql, names):
@@ -464,3 +467,9 @@ def test_registered_functions_run_in_the_eddy_below_windows():
     assert sorted(table_rows(got)) == sorted(table_rows(expected))
     with pytest.raises(UnsupportedQueryError, match="registered function"):
         execute("SELECT twice(rank() OVER (ORDER BY k)) FROM t", cat)
+
+
+def test_an_error_in_a_derived_eddy_query_shows_that_query():
+    sql = "WITH c AS (SELECT a FROM t) SELECT * FROM c WHERE zz > 1"
+    with pytest.raises(EddiesError, match=r"zz.*derived from the statement: SELECT \* FROM c"):
+        execute(sql, make_catalog(TABLES))
