@@ -24,9 +24,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from oracle import assert_same_bag, check_all, duckdb_table, make_catalog, table_rows
 
-from eddies.engine import Catalog, EddiesError, execute, explain, open_query
+from eddies.engine import Catalog, EddiesError, execute, explain, open_query, run_query
 from eddies.engine.cli import main
 from eddies.engine.errors import UnsupportedQueryError
+from eddies.engine.streaming import BackgroundQuery
 
 POLICIES = ("lottery", "rank")
 BATCH_SIZES = (None, 7)
@@ -473,3 +474,12 @@ def test_an_error_in_a_derived_eddy_query_shows_that_query():
     sql = "WITH c AS (SELECT a FROM t) SELECT * FROM c WHERE zz > 1"
     with pytest.raises(EddiesError, match=r"zz.*derived from the statement: SELECT \* FROM c"):
         execute(sql, make_catalog(TABLES))
+
+
+def test_run_query_and_background_query_run_composite_queries():
+    sql = "SELECT b, count(*) FROM t GROUP BY ALL UNION ALL SELECT 'u', count(*) FROM u"
+    run = run_query(sql, make_catalog(TABLES), policy="rank", batch_size=7)
+    assert_same_bag(run.table, sql, TABLES)
+    assert run.stats is not None and run.stats.rows_out >= 1  # the last eddy query's
+    background = BackgroundQuery(sql, make_catalog(TABLES))
+    assert_same_bag(background.result(timeout=60), sql, TABLES)
