@@ -229,10 +229,16 @@ async def _emit(node: exp.Expression, ctx: _Context, put: Put) -> pa.Schema:
     with_ = node.args.get("with_")
     if with_ is not None:
         ctx = ctx.child()
-        for cte in with_.expressions:
-            name = cte.alias_or_name
-            ctx.tables.add(name, await _collect(cte.this, ctx), f"the CTE {name!r}")
         node.set("with_", None)
+        ctes = list(with_.expressions)
+        for i, cte in enumerate(ctes):
+            name = cte.alias_or_name
+            readers = [node] + [later.this for later in ctes[i + 1 :]]
+            if not any(
+                t.name.lower() == name.lower() for r in readers for t in r.find_all(exp.Table)
+            ):
+                continue  # never read: as in DuckDB, it does not run
+            ctx.tables.add(name, await _collect(cte.this, ctx), f"the CTE {name!r}")
     if isinstance(node, _SET_OPS):
         return await _set_operation(node, ctx, put)
     if not isinstance(node, exp.Select):

@@ -483,3 +483,12 @@ def test_run_query_and_background_query_run_composite_queries():
     assert run.stats is not None and run.stats.rows_out >= 1  # the last eddy query's
     background = BackgroundQuery(sql, make_catalog(TABLES))
     assert_same_bag(background.result(timeout=60), sql, TABLES)
+
+
+def test_an_unused_cte_does_not_run():
+    # It would fail (more than one row in a scalar subquery) if it ran.
+    sql = (
+        "WITH bad AS (SELECT k FROM t WHERE a = (SELECT a FROM u)), "
+        "good AS (SELECT a FROM t) SELECT count(*) FROM good"
+    )
+    check_all(sql, TABLES, policies=POLICIES, batch_sizes=BATCH_SIZES)
