@@ -361,7 +361,21 @@ def block(draw) -> str:
 @st.composite
 def mixed_query(draw) -> tuple[str, list[int] | None]:
     left, right = draw(block()), draw(block())
-    shape = draw(st.sampled_from(["setop", "window", "cte", "qualify", "distinct_on"]))
+    shape = draw(
+        st.sampled_from(
+            ["setop", "window", "cte", "qualify", "distinct_on", "group_all", "order_all"]
+        )
+    )
+    if shape == "group_all":
+        agg = draw(st.sampled_from(["count(*)", "sum(a)", "max(k) - min(k)", "count(DISTINCT a)"]))
+        return (
+            f"SELECT b, a % 2 AS p, {agg} AS v FROM ({left} UNION ALL {right}) AS x GROUP BY ALL",
+            None,
+        )
+    if shape == "order_all":
+        limit = draw(st.integers(0, 12))
+        direction = draw(st.sampled_from(["", " DESC"]))
+        return f"SELECT b, k FROM ({left}) AS x ORDER BY ALL{direction} LIMIT {limit}", [0, 1]
     if shape == "setop":
         op = draw(
             st.sampled_from(
@@ -382,7 +396,8 @@ def mixed_query(draw) -> tuple[str, list[int] | None]:
                 ]
             )
         )
-        return f"SELECT k, a, {fn} AS w FROM ({left}) AS x", None
+        extra = draw(st.sampled_from(["", " WHERE a <= (SELECT max(a) FROM u)", " WHERE k > 1"]))
+        return f"SELECT k, a, {fn} AS w FROM ({left}) AS x{extra}", None
     if shape == "cte":
         return (
             f"WITH c AS ({left}) SELECT c.k, c.b, r.a FROM c JOIN ({right}) AS r ON c.a = r.a",
