@@ -395,6 +395,8 @@ def _group_by_all(select: exp.Select) -> None:
         inner = item.unalias()
         if _is_aggregate_item(inner) or inner.find(exp.Window) is not None:
             continue
+        if inner.find(exp.Column) is None:
+            continue  # a constant: DuckDB leaves it out (and GROUP BY 2 would be positional)
         keys.append(inner.copy())
     select.set("group", exp.Group(expressions=keys) if keys else None)
 

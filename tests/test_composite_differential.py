@@ -217,6 +217,8 @@ def test_window_functions(sql, keys):
         ("SELECT b, count(*), sum(a) FROM t GROUP BY ALL", None),
         ("SELECT b, a % 2 AS odd, max(c) FROM t GROUP BY ALL", None),
         ("SELECT count(*), sum(a) FROM t GROUP BY ALL", None),
+        ("SELECT 2, 'x' || 'y', b, count(*) FROM t GROUP BY ALL", None),
+        ("SELECT 2, count(*) FROM t WHERE k < 0 GROUP BY ALL", None),
         ("SELECT a, b FROM t ORDER BY ALL", [0, 1]),
         ("SELECT a, b FROM t ORDER BY ALL DESC", [0, 1]),
         ("SELECT b, count(*) FROM t GROUP BY ALL ORDER BY ALL", [0, 1]),
