@@ -509,3 +509,19 @@ def test_an_unused_cte_does_not_run():
         "good AS (SELECT a FROM t) SELECT count(*) FROM good"
     )
     check_all(sql, TABLES, policies=POLICIES, batch_sizes=BATCH_SIZES)
+
+
+@pytest.mark.parametrize(
+    "sql",
+    [
+        "WITH c AS (SELECT a, count(*) AS n FROM t GROUP BY a) "
+        "SELECT c.a, n, d FROM c JOIN u ON c.a = u.a",
+        "SELECT t.k, d FROM t JOIN u ON t.a = u.a WHERE d > (SELECT min(d) FROM u)",
+        "SELECT t.a FROM t JOIN u ON t.a = u.a UNION ALL SELECT a FROM u",
+        "SELECT t.a, u.d FROM t JOIN u ON t.a = u.a EXCEPT ALL SELECT a, d FROM u WHERE d > 20",
+        "SELECT t.k, sum(d) OVER (PARTITION BY t.b ORDER BY t.k, u.k) FROM t JOIN u ON t.a = u.a",
+    ],
+)
+def test_joins_under_every_policy_and_batch_size(sql):
+    # The eddy under each composite part: every policy, one tuple at a time too.
+    check_all(sql, TABLES, policies=("static", "random", "bandit"), batch_sizes=(None, 7, 1))
