@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pyarrow as pa
+import structlog
 import trio
 from sqlglot import exp
 
@@ -44,8 +45,10 @@ from eddies.engine.catalog import CatalogTable
 from eddies.engine.compile import cast_to, common_type
 from eddies.engine.errors import EddiesError, UnsupportedQueryError, describe
 from eddies.engine.options import RunOptions
-from eddies.engine.sql_allowlist import WINDOW_FUNCTIONS, composite_construct, is_all
+from eddies.engine.planner import plan_query
+from eddies.engine.sql_allowlist import composite_construct
 from eddies.engine.subquery_merge import merge
+from eddies.engine.window_split import BASE, needs_above, split_window_block
 from eddies.router.stats import RunStats
 from eddies.sources.arrow_source import make_source
 
@@ -55,6 +58,8 @@ OpenEddy = Callable[..., AbstractAsyncContextManager[Any]]
 Put = Callable[[pa.RecordBatch], Awaitable[None]]
 
 _SET_OPS = (exp.Union, exp.Intersect, exp.Except)
+
+log = structlog.get_logger("eddies.engine")
 
 
 def is_composite(root: exp.Expression) -> bool:
@@ -246,13 +251,14 @@ async def _emit(node: exp.Expression, ctx: _Context, put: Put) -> pa.Schema:
     await _derived_tables(node, ctx)
     await _scalar_subqueries(node, ctx)
     _group_by_all(node)
-    if _needs_above(node):
+    if needs_above(node):
         return await _window_block(node, ctx, put)
     return await _eddy(node.sql(dialect="duckdb"), ctx, put)
 
 
 async def _eddy(sql: str, ctx: _Context, put: Put, limit: int | None = None) -> pa.Schema:
     """One eddy query; with ``limit``, stop it once that many rows were handed on."""
+    log.debug("composite: eddy query", sql=sql, limit=limit)
     try:
         async with ctx.open_eddy(sql, ctx.tables, options=ctx.options) as results:
             ctx.runs.append(results.stats)
@@ -439,7 +445,9 @@ async def _set_operation(node: exp.Expression, ctx: _Context, put: Put) -> pa.Sc
         inputs[name] = _dedupe_names(table)
         replacements[id(leaf)] = exp.select("*").from_(name)
     top = _replace_leaves(node, replacements)
-    table = await trio.to_thread.run_sync(run_above, top.sql(dialect="duckdb"), inputs)
+    sql = top.sql(dialect="duckdb")
+    log.debug("composite: set operation above the eddy", sql=sql)
+    table = await trio.to_thread.run_sync(run_above, sql, inputs)
     for batch in table.to_batches():
         await put(batch)
     return table.schema
@@ -472,8 +480,6 @@ async def _stream_union_all(
 ) -> pa.Schema | None:
     """UNION ALL streamed branch after branch, or None when the branches are not plain
     eddy blocks with common column types (DuckDB then runs it)."""
-    from eddies.engine.planner import plan_query  # the planner names each branch's types
-
     sqls = []
     schemas = []
     for leaf in leaves:
@@ -541,220 +547,14 @@ def _dedupe_names(table: pa.Table) -> pa.Table:
 
 
 # ------------------------------------------------------------ windows and other tops
-def _needs_above(select: exp.Select) -> bool:
-    distinct = select.args.get("distinct")
-    order = select.args.get("order")
-    return (
-        any(w.parent_select is select for w in select.find_all(exp.Window))
-        or select.args.get("qualify") is not None
-        or (distinct is not None and distinct.args.get("on") is not None)
-        or (order is not None and any(is_all(o.this) for o in order.expressions))
-        or (order is not None and any(o.find(exp.Window) for o in order.expressions))
-    )
-
-
-class _Split:
-    """The eddy's part of a block whose top runs in DuckDB: hoisted expressions."""
-
-    def __init__(self, functions: set[str]) -> None:
-        self.functions = functions  # registered Python functions: evaluated in the eddy
-        self.items: list[exp.Expression] = []
-        self._names: dict[str, exp.Column] = {}
-
-    def hoist(self, node: exp.Expression) -> exp.Column:
-        key = node.sql(dialect="duckdb")
-        column = self._names.get(key)
-        if column is None:
-            name = f"__h{len(self.items)}"
-            self.items.append(exp.alias_(node.copy(), name, quoted=True))
-            column = self._names[key] = exp.column(name, quoted=True)
-        return column.copy()
-
-
-def _reads_input(node: exp.Expression) -> bool:
-    return any(isinstance(n, exp.Column | exp.AggFunc | exp.Anonymous) for n in node.walk())
-
-
-def _is_alias(node: exp.Expression, aliases: set[str]) -> bool:
-    return isinstance(node, exp.Column) and not node.table and node.name.lower() in aliases
-
-
-def _rewrite(node: exp.Expression, split: _Split, aliases: set[str]) -> exp.Expression:
-    """``node`` for DuckDB: windows kept, everything they and the rest read hoisted into
-    the eddy's part; a bare name in ``aliases`` stays (an output column of the block)."""
-    if _is_alias(node, aliases):
-        return node.copy()
-    if node.find(exp.Window) is None and not any(_is_alias(n, aliases) for n in node.walk()):
-        return split.hoist(node) if _reads_input(node) else node.copy()
-    if isinstance(node, exp.Window):
-        return _rewrite_window(node, split)
-    if isinstance(node, exp.Anonymous) and node.name.lower() in split.functions:
-        raise UnsupportedQueryError(
-            f"a registered function applied to a window function's result is not supported "
-            f"(it runs in the eddy, below the window): {describe(node)}"
-        )
-    out = node.copy()
-    for key, value in node.args.items():
-        if isinstance(value, exp.Expression):
-            out.set(key, _rewrite(value, split, aliases))
-        elif isinstance(value, list):
-            out.set(
-                key,
-                [
-                    _rewrite(v, split, aliases) if isinstance(v, exp.Expression) else v
-                    for v in value
-                ],
-            )
-    return out
-
-
-def _rewrite_window(window: exp.Window, split: _Split) -> exp.Window:
-    call = window.this
-    ignore_nulls = isinstance(call, exp.IgnoreNulls)
-    if ignore_nulls:
-        call = call.this
-    if not isinstance(call, WINDOW_FUNCTIONS):
-        name = call.sql_name().lower() if isinstance(call, exp.Func) else call.sql()
-        raise UnsupportedQueryError(
-            f"{name} as a window function is not supported: {describe(window)}"
-        )
-    if call.find(exp.Distinct) is not None or window.find(exp.Filter) is not None:
-        raise UnsupportedQueryError(
-            f"DISTINCT or FILTER in a window aggregate is not supported: {describe(window)}"
-        )
-    if any(n.find(exp.Window) for n in window.iter_expressions() if n is not window):
-        raise UnsupportedQueryError(
-            f"a window function inside a window function: {describe(window)}"
-        )
-    new_call = call.copy()
-    for key, value in call.args.items():
-        if isinstance(value, exp.Expression) and not isinstance(value, exp.Star):
-            new_call.set(key, split.hoist(value) if _reads_input(value) else value.copy())
-    out = window.copy()
-    out.set("this", exp.IgnoreNulls(this=new_call) if ignore_nulls else new_call)
-    out.set(
-        "partition_by",
-        [
-            split.hoist(p) if _reads_input(p) else p.copy()
-            for p in window.args.get("partition_by") or []
-        ],
-    )
-    order = window.args.get("order")
-    if order is not None:
-        new_order = order.copy()
-        new_order.set("expressions", [_hoist_ordered(o, split) for o in order.expressions])
-        out.set("order", new_order)
-    return out
-
-
-def _hoist_ordered(ordered: exp.Ordered, split: _Split) -> exp.Ordered:
-    out = ordered.copy()
-    if _reads_input(ordered.this):
-        out.set("this", split.hoist(ordered.this))
-    return out
-
-
-def _output_name(item: exp.Expression) -> str:
-    if isinstance(item, exp.Alias):
-        return item.alias
-    if isinstance(item, exp.Column):
-        return item.name
-    return item.sql(dialect="duckdb")
-
-
-def _find_windows(select: exp.Select, key: str) -> list[exp.Window]:
-    value = select.args.get(key)
-    nodes = value if isinstance(value, list) else [value] if value is not None else []
-    return [w for n in nodes for w in n.find_all(exp.Window)]
-
-
 async def _window_block(select: exp.Select, ctx: _Context, put: Put) -> pa.Schema:
     """Run the block's FROM ... HAVING in the eddy and its windows, QUALIFY, DISTINCT
-    [ON], ORDER BY, LIMIT and OFFSET in DuckDB over the eddy's output."""
-    for key in ("where", "group", "having"):
-        clause = select.args.get(key)
-        if clause is not None and clause.find(exp.Window) is not None:
-            raise UnsupportedQueryError(
-                f"window functions are not allowed in {key.upper()}: {describe(clause)}"
-            )
-    windows = [w for key in ("expressions", "qualify", "order") for w in _find_windows(select, key)]
-    if select.args.get("qualify") is not None and not windows:
-        raise UnsupportedQueryError(
-            "QUALIFY needs a window function in the SELECT list or in QUALIFY (as in "
-            f"DuckDB): {describe(select.args['qualify'])}"
-        )
-    split = _Split({name.lower() for name in ctx.tables.functions})
-    stars = [i for i in select.expressions if i.is_star]
-    if len(stars) > 1:
-        raise UnsupportedQueryError(
-            "more than one * item together with window functions is not supported: "
-            f"{describe(stars[1])}"
-        )
-    aliases = {_output_name(i).lower() for i in select.expressions if not i.is_star}
-    outer_items: list[exp.Expression | None] = []
-    for item in select.expressions:
-        if item.is_star:
-            outer_items.append(None)  # the star's columns, known once the eddy ran
-            continue
-        name = _output_name(item)
-        body = _rewrite(item.unalias(), split, set())
-        outer_items.append(exp.alias_(body, name, quoted=True))
-    distinct = select.args.get("distinct")
-    outer_distinct = None
-    if distinct is not None:
-        on = distinct.args.get("on")
-        if on is not None:
-            on = exp.Tuple(expressions=[_rewrite(e, split, aliases) for e in on.expressions])
-        outer_distinct = exp.Distinct(on=on)
-    qualify = select.args.get("qualify")
-    outer_qualify = _rewrite(qualify.this, split, aliases) if qualify is not None else None
-    order = select.args.get("order")
-    outer_order = None
-    if order is not None:
-        items = []
-        for o in order.expressions:
-            new = o.copy()
-            if not is_all(o.this) and not (
-                isinstance(o.this, exp.Literal) and not o.this.is_string
-            ):
-                new.set("this", _rewrite(o.this, split, aliases))
-            items.append(new)
-        outer_order = exp.Order(expressions=items)
-
-    inner = select.copy()
-    for key in ("qualify", "order", "limit", "offset", "distinct"):
-        inner.set(key, None)
-    star_items = [s.copy() for s in stars]
-    hoisted = list(split.items) or (
-        [] if star_items else [exp.alias_(exp.Literal.number(1), "__h0", quoted=True)]
-    )
-    inner.set("expressions", star_items + hoisted)
-    table = await _collect(inner, ctx)
-
-    width = table.num_columns - len(hoisted)
-    names = [f"__c{i}" for i in range(width)] + [f"__h{i}" for i in range(len(hoisted))]
-    star_names = table.column_names[:width]
-    base = table.rename_columns(names)
-    items = []
-    for item in outer_items:
-        if item is None:
-            items += [
-                exp.alias_(exp.column(f"__c{i}", quoted=True), n, quoted=True)
-                for i, n in enumerate(star_names)
-            ]
-        else:
-            items.append(item)
-    outer = exp.Select(expressions=items).from_("__base")
-    if outer_distinct is not None:
-        outer.set("distinct", outer_distinct)
-    if outer_qualify is not None:
-        outer.set("qualify", exp.Qualify(this=outer_qualify))
-    if outer_order is not None:
-        outer.set("order", outer_order)
-    for key in ("limit", "offset"):
-        if select.args.get(key) is not None:
-            outer.set(key, select.args[key].copy())
-    result = await trio.to_thread.run_sync(run_above, outer.sql(dialect="duckdb"), {"__base": base})
+    [ON], ORDER BY, LIMIT and OFFSET in DuckDB over the eddy's output (window_split.py)."""
+    split = split_window_block(select, {name.lower() for name in ctx.tables.functions})
+    base, outer = split.above(await _collect(split.inner, ctx))
+    sql = outer.sql(dialect="duckdb")
+    log.debug("composite: operators above the eddy", sql=sql)
+    result = await trio.to_thread.run_sync(run_above, sql, {BASE: base})
     for batch in result.to_batches():
         await put(batch)
     return result.schema
