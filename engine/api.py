@@ -18,11 +18,13 @@ import trio
 
 from eddies.engine.catalog import Catalog
 from eddies.engine.commit_points import Commit, CommitPoints
+from eddies.engine.composite import CompositeResults, is_composite, open_composite
 from eddies.engine.errors import EddiesError
 from eddies.engine.finalize import Finalizer
 from eddies.engine.options import RunOptions
 from eddies.engine.planner import Plan, plan_query
 from eddies.engine.run import run_plan, seed_scheduler
+from eddies.engine.sql import parse_statement
 from eddies.router.stats import RunStats
 
 log = structlog.get_logger("eddies.engine")
@@ -140,16 +142,36 @@ async def open_query(
     *,
     options: RunOptions | None = None,
     **kwargs: Any,
-) -> AsyncIterator[QueryResults]:
+) -> AsyncIterator[QueryResults | CompositeResults]:
     """Start ``sql`` under trio; yields a :class:`QueryResults` to iterate with ``async for``.
 
     Options as in :func:`run_query`. Batches leave as soon as the eddy produces them (after
     the whole input for queries with aggregation, ORDER BY or DISTINCT). Leaving the block
-    early stops the query. Raises a subclass of EddiesError for bad queries, options or
-    data, before any task starts where it can.
+    early stops the query. A composite query (WITH, subqueries, set operations, window
+    functions; see :mod:`eddies.engine.composite`) yields a CompositeResults of the same
+    shape whose ``stats`` are those of its latest eddy query. Raises a subclass of
+    EddiesError for bad queries, options or data, before any task starts where it can.
     """
     options = RunOptions.from_kwargs(options, **kwargs)
-    plan = plan_query(_check_sql(sql), _check_catalog(catalog))
+    catalog = _check_catalog(catalog)
+    root = parse_statement(_check_sql(sql), [name.lower() for name in catalog.functions])
+    if is_composite(root):  # WITH, subqueries, set operations, windows: composite.py
+        try:
+            async with open_composite(root, catalog, options, _open_eddy) as results:
+                yield results
+        except BaseExceptionGroup as group:
+            raise _unwrap(group) from None
+        return
+    async with _open_eddy(sql, catalog, options=options) as results:
+        yield results
+
+
+@asynccontextmanager
+async def _open_eddy(
+    sql: str, catalog: Catalog, *, options: RunOptions
+) -> AsyncIterator[QueryResults]:
+    """One eddy query (a single SELECT block), as :func:`open_query` describes."""
+    plan = plan_query(sql, catalog)
     stats = RunStats(plan.graph, plan.destinations, functions=plan.udf_stats)
     if options.seed is not None:
         seed_scheduler(options.seed)

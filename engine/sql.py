@@ -30,7 +30,7 @@ from sqlglot.errors import ErrorLevel, ParseError, TokenError
 from sqlglot.tokens import Token, TokenType
 
 from eddies.engine.errors import SqlSyntaxError, UnsupportedQueryError, describe, line_col
-from eddies.engine.sql_allowlist import validate
+from eddies.engine.sql_allowlist import refuse_composite, validate
 
 _DIALECT = Dialect.get_or_raise("duckdb")
 
@@ -297,11 +297,16 @@ def _parse(sql: str, tokens: list[Token]) -> list[exp.Expression | None]:
         ) from None
 
 
-def parse_query(sql: str, functions: Collection[str] = ()) -> QueryBlock:
-    """Parse ``sql`` into a :class:`QueryBlock`; SqlSyntaxError / UnsupportedQueryError.
+def parse_statement(sql: str, functions: Collection[str] = ()) -> exp.Expression:
+    """Parse ``sql`` into one checked sqlglot statement (layers 1 and 2 of the module
+    docstring); SqlSyntaxError / UnsupportedQueryError.
 
     ``functions``: lower-case names of registered Python functions (allowed as calls).
     """
+    return _statement(sql, functions)[0]
+
+
+def _statement(sql: str, functions: Collection[str]) -> tuple[exp.Expression, list[Token]]:
     if not isinstance(sql, str):
         raise SqlSyntaxError(f"the query must be a string, not {type(sql).__name__}")
     nul = sql.find("\x00")
@@ -327,6 +332,18 @@ def parse_query(sql: str, functions: Collection[str] = ()) -> QueryBlock:
     _check_keywords(sql, tokens, root)
     _place_intervals(tokens, root)
     validate(root, functions)
+    return root, tokens
+
+
+def parse_query(sql: str, functions: Collection[str] = ()) -> QueryBlock:
+    """Parse ``sql`` into a :class:`QueryBlock`; SqlSyntaxError / UnsupportedQueryError.
+
+    ``functions``: lower-case names of registered Python functions (allowed as calls).
+    The constructs engine/composite.py runs around the eddy (WITH, subqueries, set
+    operations, window functions...) are refused here: a QueryBlock is one eddy's query.
+    """
+    root, tokens = _statement(sql, functions)
+    refuse_composite(root)
     if not isinstance(root, exp.Select):
         raise UnsupportedQueryError(f"only SELECT queries are supported, got {describe(root)}")
 
@@ -383,7 +400,9 @@ def _check_keywords(sql: str, tokens: list[Token], root: exp.Expression) -> None
     cases = list(root.find_all(exp.Case))
     whens = sum(len(c.args.get("ifs") or []) for c in cases)
     implied = {
-        TokenType.AND: len(list(root.find_all(exp.And))) + len(list(root.find_all(exp.Between))),
+        TokenType.AND: len(list(root.find_all(exp.And)))
+        + len(list(root.find_all(exp.Between)))
+        + sum(1 for w in root.find_all(exp.WindowSpec) if w.args.get("end")),  # frames
         TokenType.OR: len(list(root.find_all(exp.Or))),
         TokenType.WHEN: whens,
         TokenType.THEN: whens,
