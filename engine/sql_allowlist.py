@@ -159,6 +159,8 @@ ALLOWED: dict[type[exp.Expression], frozenset[str]] = {
     exp.ArgMax: _BINARY,
     exp.GroupConcat: frozenset({"this", "separator"}),  # string_agg, ORDER BY as this
     # agg FILTER (WHERE ...): planner.py rewrites it
+    exp.DateBin: _BINARY,  # time_bucket(INTERVAL w, ts); no origin or time zone
+    exp.Interval: frozenset({"this", "unit"}),  # only as time_bucket's width (compile.py)
 }
 
 #: Arguments that must be present and non-empty (a missing one is a syntax error in DuckDB;
@@ -191,6 +193,8 @@ REQUIRED: dict[type[exp.Expression], frozenset[str]] = {
     exp.TimestampTrunc: frozenset({"this", "unit"}),
     exp.DateDiff: frozenset({"this", "expression", "unit"}),
     exp.DateFromParts: frozenset({"year", "month", "day"}),
+    exp.DateBin: _BINARY,
+    exp.Interval: _UNARY,
 }
 
 #: Arguments whose values are restricted (compared upper-case).
@@ -255,6 +259,7 @@ _ARG_NAMES: dict[tuple[type[exp.Expression], str], str] = {
     (exp.Star, "rename"): "* RENAME",
     (exp.Star, "ilike"): "* ILIKE",
     (exp.Between, "symmetric"): "BETWEEN SYMMETRIC",
+    (exp.DateBin, "unit"): "time_bucket's origin or time zone argument",
     (exp.In, "query"): "IN (subquery)",
     (exp.In, "unnest"): "IN UNNEST",
     (exp.Min, "count"): "min(x, n) (the n smallest values)",
