@@ -1,0 +1,441 @@
+"""Incremental aggregates over streams (engine/incremental.py) against DuckDB.
+
+At every commit point: ``complete`` equals DuckDB's result over the rows pushed so far;
+``update`` equals it restricted to the groups that got a row since the previous commit;
+``append`` emits each group once, exactly when the watermark passes its end. Watermarks
+are simulated here in plain Python from their definition (largest event time pushed minus
+the lateness, advanced at commits; rows at or before the watermark, or with a NULL event
+time, are late) and the accepted rows go to DuckDB. Also time_bucket against DuckDB, the
+refusals, and a 1M-row run that counts the live groups held.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import itertools
+
+import numpy as np
+import pyarrow as pa
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from oracle import assert_bags_equal, assert_same_bag, duckdb_table, table_rows
+
+from eddies.engine import Catalog, EddiesError, UnsupportedQueryError, execute
+from eddies.engine.sinks import CallbackSink
+from eddies.engine.streaming import BackgroundQuery
+
+BASE = dt.datetime(2024, 1, 1)
+SCHEMA = pa.schema(
+    [("ts", pa.timestamp("us")), ("k", pa.int64()), ("v", pa.int64()), ("x", pa.float64())]
+)
+DIM = pa.table({"k": pa.array([0, 1, 2, 2, 3, None], pa.int64()), "name": list("abbcde")})
+#: (policy, batch_size): every policy at 7 rows a batch, the per-tuple eddy, the default.
+RUNS = [(p, 7) for p in ("lottery", "rank", "bandit", "random", "static")]
+RUNS += [("lottery", 1), ("lottery", None)]
+
+# Queries with their group keys' output positions and the SQL of the keys a batch touches.
+GROUPED = (
+    "SELECT s.k, count(*) AS n, sum(s.v) AS sv, avg(s.x) AS ax, min(s.v) AS mn, "
+    "max(s.x) AS mx, count(s.v) AS cv, avg(s.v) AS av FROM s GROUP BY s.k",
+    (0,),
+    "SELECT DISTINCT s.k FROM s",
+)
+JOINED = (
+    "SELECT d.name, s.k, count(*) AS n, sum(s.v) + 1 AS sv, bool_or(s.v > 3) AS big, "
+    "max(s.ts) AS last FROM s JOIN dim d ON s.k = d.k WHERE s.v IS NULL OR s.v <> 2 "
+    "GROUP BY d.name, s.k HAVING count(*) > 1",
+    (0, 1),
+    "SELECT DISTINCT d.name, s.k FROM s JOIN dim d ON s.k = d.k WHERE s.v IS NULL OR s.v <> 2",
+)
+GLOBAL = ("SELECT count(*), sum(s.v), min(s.x), count(s.x) FROM s", (), "SELECT DISTINCT 1 FROM s")
+
+rows_st = st.lists(
+    st.tuples(
+        st.one_of(st.none(), st.integers(0, 120)),
+        st.one_of(st.none(), st.integers(0, 4)),
+        st.one_of(st.none(), st.integers(-5, 9)),
+        # quarters: sums are exact in any order, so merged partial sums equal DuckDB's
+        st.one_of(st.none(), st.integers(-400, 400).map(lambda q: q / 4)),
+    ),
+    max_size=40,
+)
+
+
+def _table(rows: list[tuple]) -> pa.Table:
+    ts = [None if r[0] is None else BASE + dt.timedelta(seconds=r[0]) for r in rows]
+    cols = [ts, [r[1] for r in rows], [r[2] for r in rows], [r[3] for r in rows]]
+    return pa.Table.from_arrays(
+        [pa.array(c, f.type) for c, f in zip(cols, SCHEMA, strict=True)], schema=SCHEMA
+    )
+
+
+def _pieces(rows: list[tuple], cuts: list[int]) -> list[pa.Table]:
+    bounds = sorted({min(c, len(rows)) for c in cuts} | {0, len(rows)})
+    return [_table(rows[a:b]) for a, b in itertools.pairwise(bounds)] or [_table([])]
+
+
+def _run(sql, pieces, commits, *, dim=True, **options):
+    """Push ``pieces``, committing after piece i when ``commits[i]``; the increments as
+    (tag, table) in order (the last one tagged "final") and the run's stats."""
+    cat = Catalog()
+    stream = cat.add_stream("s", SCHEMA)
+    if dim:
+        cat.add_table("dim", DIM)
+    got: list[tuple] = []
+    query = BackgroundQuery(
+        sql, cat, sink=CallbackSink(lambda t, tag: got.append((tag, t))), **options
+    )
+    for i, piece in enumerate(pieces):
+        stream.push(piece, i)
+        if commits[i]:
+            query.commit(i, timeout=60)
+    stream.close()
+    query.result(timeout=60)
+    return got, query.stats
+
+
+def _concat(pieces: list[pa.Table]) -> pa.Table:
+    return pa.concat_tables(pieces) if pieces else _table([])
+
+
+@pytest.mark.parametrize(("policy", "batch_size"), RUNS)
+@pytest.mark.parametrize("query", [GROUPED, JOINED, GLOBAL], ids=["grouped", "joined", "global"])
+@pytest.mark.parametrize("mode", ["update", "complete"])
+@settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(rows=rows_st, cuts=st.lists(st.integers(0, 40), max_size=5), commit=st.data())
+def test_every_commit_equals_duckdb_over_the_rows_pushed_so_far(
+    policy, batch_size, query, mode, rows, cuts, commit
+):
+    pieces = _pieces(rows, cuts)
+    commits = [commit.draw(st.booleans(), label=f"commit after {i}") for i in range(len(pieces))]
+    _check_commits(query, mode, pieces, commits, policy, batch_size, rows)
+
+
+@pytest.mark.parametrize(("policy", "batch_size"), RUNS[:1] + RUNS[-2:])
+@pytest.mark.parametrize("query", [GROUPED, JOINED, GLOBAL], ids=["grouped", "joined", "global"])
+@pytest.mark.parametrize("mode", ["update", "complete"])
+def test_groups_that_grow_over_several_commits(policy, batch_size, query, mode):
+    rows = [(i, i % 3, i % 7 - 2, (i % 5) / 4) for i in range(60)]
+    pieces = _pieces(rows, [10, 11, 25, 40, 41, 50])
+    _check_commits(
+        query, mode, pieces, [True, False, True, True, True, False, True], policy, batch_size, rows
+    )
+
+
+def _check_commits(query, mode, pieces, commits, policy, batch_size, rows):
+    sql, key_positions, keys_sql = query
+    got, stats = _run(sql, pieces, commits, output_mode=mode, policy=policy, batch_size=batch_size)
+    assert [tag for tag, _ in got] == [i for i, c in enumerate(commits) if c] + ["final"]
+    upserts: dict[tuple, tuple] = {}
+    pushed, since = 0, 0
+    increments = iter(got)
+    for i in range(len(pieces) + 1):
+        if i < len(pieces) and not commits[i]:
+            continue
+        end = i + 1 if i < len(pieces) else len(pieces)
+        tag, ours = next(increments)
+        so_far = {"s": _concat(pieces[:end]), "dim": DIM}
+        expected = duckdb_table(sql, so_far)
+        ctx = f"mode={mode} policy={policy} batch_size={batch_size} increment={tag}"
+        if mode == "update":
+            batch = {"s": _concat(pieces[since:end]), "dim": DIM}
+            touched = set(table_rows(duckdb_table(keys_sql, batch))) if end > since else set()
+            if not key_positions and touched:
+                touched = {()}
+            want = [
+                r for r in table_rows(expected) if tuple(r[p] for p in key_positions) in touched
+            ]
+            if tag == "final" and not key_positions and not rows:
+                want = table_rows(expected)  # a global aggregate over no rows: one row, once
+            assert_bags_equal(table_rows(ours), want, sql, ctx)
+            for r in table_rows(ours):
+                upserts[tuple(r[p] for p in key_positions)] = r
+        else:
+            assert_same_bag(ours, sql, so_far, context=ctx, expected=expected)
+        pushed += sum(p.num_rows for p in pieces[since:end])
+        since = end
+    everything = {"s": _concat(pieces), "dim": DIM}
+    if mode == "update":  # the increments, applied as upserts, give the whole result
+        assert_bags_equal(list(upserts.values()), table_rows(duckdb_table(sql, everything)), sql)
+    assert stats.streaming_aggregate.late_rows == 0
+
+
+BUCKETED = (
+    "SELECT time_bucket(INTERVAL '10 seconds', s.ts) AS b, s.k, count(*) AS n, sum(s.v) AS sv "
+    "FROM s WHERE coalesce(s.v, 0) <> 3 GROUP BY b, s.k"
+)
+BUCKET_US = 10_000_000
+TOUCHED = "SELECT DISTINCT time_bucket(INTERVAL '10 seconds', s.ts), s.k FROM s"
+
+
+def _simulate(pieces, commits, lateness_s, sql_filter):
+    """Per piece: its accepted rows; per commit: the watermark after it (µs or None); the
+    late-row count. Plain Python from the definition, independent of the engine."""
+    wm, top, late, accepted, marks = None, None, 0, [], []
+    for i, piece in enumerate(pieces):
+        rows = piece.to_pylist()
+        keep = []
+        for r in rows:
+            if r["ts"] is not None:
+                t = int((r["ts"] - dt.datetime(1970, 1, 1)).total_seconds() * 1_000_000)
+                top = t if top is None else max(top, t)
+            if not sql_filter(r):
+                continue
+            t = None if r["ts"] is None else (r["ts"] - dt.datetime(1970, 1, 1))
+            t_us = None if t is None else int(t.total_seconds() * 1_000_000)
+            if t_us is None or (wm is not None and t_us <= wm):
+                late += 1
+            else:
+                keep.append(r)
+        accepted.append(pa.Table.from_pylist(keep, SCHEMA))
+        if commits[i] and top is not None:
+            mark = top - lateness_s * 1_000_000
+            wm = mark if wm is None else max(wm, mark)
+        marks.append(wm)
+    return accepted, marks, late
+
+
+def _bucket_end_us(row: tuple) -> int:
+    return int((row[0] - dt.datetime(1970, 1, 1)).total_seconds() * 1_000_000) + BUCKET_US
+
+
+@pytest.mark.parametrize(("policy", "batch_size"), RUNS)
+@pytest.mark.parametrize("mode", ["update", "append"])
+@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    rows=rows_st,
+    cuts=st.lists(st.integers(0, 40), max_size=6),
+    lateness=st.integers(0, 30),
+    commit=st.data(),
+)
+def test_watermarks_drop_late_rows_and_append_emits_each_final_group_once(
+    policy, batch_size, mode, rows, cuts, lateness, commit
+):
+    pieces = _pieces(rows, cuts)
+    commits = [commit.draw(st.booleans(), label=f"commit after {i}") for i in range(len(pieces))]
+    _check_watermarks(mode, pieces, commits, lateness, policy, batch_size)
+
+
+@pytest.mark.parametrize(("policy", "batch_size"), RUNS[:1] + RUNS[-2:])
+@pytest.mark.parametrize("mode", ["update", "append"])
+def test_rows_at_the_watermark_are_late_and_buckets_ending_at_it_are_final(
+    policy, batch_size, mode
+):
+    lateness = 5
+    pieces = _pieces(
+        [(t, t % 2, 1, 0.0) for t in range(0, 21)]  # wm 15
+        + [(15, 0, 1, 0.0), (16, 1, 1, 0.0), (10, 0, 1, 0.0), (30, 1, 1, 0.0)]  # 15, 10 late; wm 25
+        + [
+            (25, 0, 1, 0.0),
+            (26, 0, 1, 0.0),
+            (35, 1, 1, 0.0),
+            (None, 1, 1, 0.0),
+        ]  # 25, NULL late; wm 30: [20, 30) final
+        + [(29, 1, 1, 0.0), (30, 1, 1, 0.0), (47, 0, 1, 0.0)],  # 29, 30 late; wm 42
+        [21, 25, 29],
+    )
+    got = _check_watermarks(mode, pieces, [True, True, True, True], lateness, policy, batch_size)
+    assert got.late_rows == 6  # 15 and 10; 25 and NULL; 29 and 30
+    assert got.evicted_groups == 7  # every (bucket, k) group, once final
+
+
+def _check_watermarks(mode, pieces, commits, lateness, policy, batch_size):
+    got, stats = _run(
+        BUCKETED,
+        pieces,
+        commits,
+        dim=False,
+        output_mode=mode,
+        watermarks={"s": ("ts", f"{lateness} seconds")},
+        policy=policy,
+        batch_size=batch_size,
+    )
+    accepted, marks, late = _simulate(pieces, commits, lateness, lambda r: (r["v"] or 0) != 3)
+    assert stats.streaming_aggregate.late_rows == late
+    emitted: list[tuple] = []
+    since = 0
+    increments = iter(got)
+    for i in range(len(pieces) + 1):
+        if i < len(pieces) and not commits[i]:
+            continue
+        end = i + 1 if i < len(pieces) else len(pieces)
+        tag, ours = next(increments)
+        expected = table_rows(duckdb_table(BUCKETED, {"s": _concat(accepted[:end])}))
+        ctx = f"mode={mode} policy={policy} batch_size={batch_size} increment={tag}"
+        if mode == "update":
+            batch = {"s": _concat(accepted[since:end])}
+            touched = set(table_rows(duckdb_table(TOUCHED, batch)))
+            want = [r for r in expected if _row_key(r) in touched]
+        else:
+            done = {_row_key(r) for r in emitted}
+            wm = marks[i] if tag != "final" else None
+            want = [
+                r
+                for r in expected
+                if _row_key(r) not in done
+                and (tag == "final" or (wm is not None and _bucket_end_us(r) <= wm))
+            ]
+        assert_bags_equal(table_rows(ours), want, BUCKETED, ctx)
+        emitted += table_rows(ours)
+        since = end
+    if mode == "append":  # every group once, and all of them
+        everything = table_rows(duckdb_table(BUCKETED, {"s": _concat(accepted)}))
+        assert_bags_equal(emitted, everything, BUCKETED, "append: the union of the increments")
+    assert stats.streaming_aggregate.live_groups == 0  # the end of input makes every group final
+    return stats.streaming_aggregate
+
+
+def _row_key(row: tuple) -> tuple:
+    return (row[0], row[1])
+
+
+def test_time_bucket_equals_duckdbs():
+    ts = [BASE + dt.timedelta(seconds=s * 37, microseconds=s) for s in range(-40, 300)]
+    ts += [None, dt.datetime(1969, 12, 31, 23, 59, 59), dt.datetime(1999, 12, 31, 23, 0)]
+    tables = {
+        "t": pa.table({"ts": pa.array(ts, pa.timestamp("us")), "v": list(range(len(ts)))}),
+        "z": pa.table({"ts": pa.array(ts, pa.timestamp("us", tz="UTC"))}),
+    }
+    cat = Catalog()
+    for name, table in tables.items():
+        cat.add_table(name, table)
+    for width in ["7 minutes", "1 hour 30 minutes", "10 seconds", "3 days", "1 week", "250 ms"]:
+        for sql in [
+            f"SELECT time_bucket(INTERVAL '{width}', ts) AS b, count(*), sum(v) FROM t GROUP BY b",
+            f"SELECT ts, time_bucket(INTERVAL '{width}', ts) FROM z",
+        ]:
+            assert_same_bag(execute(sql, cat), sql, tables)
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"output_mode": "appendix"}, "output_mode must be one of"),
+        ({"output_mode": "update", "watermarks": {"s": ("ts", "1 month")}}, "no fixed length"),
+        ({"output_mode": "update", "watermarks": {"s": "ts"}}, "event-time column, allowed"),
+        ({"output_mode": "update", "watermarks": {"s": ("ts", -3)}}, "time span"),
+        ({"watermarks": {"s": ("ts", "1 second")}}, "watermarks need an output_mode"),
+    ],
+)
+def test_bad_option_values_are_refused_before_the_query_starts(options, message):
+    cat = Catalog()
+    cat.add_stream("s", SCHEMA)
+    with pytest.raises(EddiesError, match=message):
+        BackgroundQuery("SELECT s.k, count(*) FROM s GROUP BY s.k", cat, **options)
+
+
+@pytest.mark.parametrize(
+    ("sql", "options", "error", "message"),
+    [
+        (
+            "SELECT k, count(*) FROM s GROUP BY k",
+            {"output_mode": "append"},
+            UnsupportedQueryError,
+            "append",
+        ),
+        (
+            "SELECT k, count(*) FROM s GROUP BY k",
+            {"output_mode": "append", "watermarks": {"s": ("ts", "5 s")}},
+            UnsupportedQueryError,
+            "GROUP BY key on the watermarked",
+        ),
+        (
+            "SELECT k, median(v) FROM s GROUP BY k",
+            {"output_mode": "update"},
+            UnsupportedQueryError,
+            "incrementally",
+        ),
+        (
+            "SELECT count(DISTINCT v) FROM s",
+            {"output_mode": "complete"},
+            UnsupportedQueryError,
+            "incrementally",
+        ),
+        (
+            "SELECT k, v FROM s",
+            {"output_mode": "complete"},
+            UnsupportedQueryError,
+            "needs an aggregation",
+        ),
+        (
+            "SELECT k, count(*) FROM s GROUP BY k ORDER BY 2",
+            {"output_mode": "update"},
+            UnsupportedQueryError,
+            "complete",
+        ),
+        (
+            "SELECT k, count(*) FROM s GROUP BY k",
+            {"output_mode": "update", "watermarks": {"s": ("nope", "5 s")}},
+            EddiesError,
+            "no column 'nope'",
+        ),
+        (
+            "SELECT k, count(*) FROM s GROUP BY k",
+            {"output_mode": "update", "watermarks": {"s": ("v", "5 s")}},
+            EddiesError,
+            "must be a TIMESTAMP",
+        ),
+        (
+            "SELECT k, count(*) FROM s GROUP BY k",
+            {"output_mode": "update", "watermarks": {"other": ("ts", "5 s")}},
+            EddiesError,
+            "not a stream table this query reads",
+        ),
+        (
+            "SELECT k, count(*) FROM dim GROUP BY k",
+            {"output_mode": "update"},
+            EddiesError,
+            "reads none",
+        ),
+    ],
+)
+def test_a_mode_that_does_not_fit_the_query_is_refused(sql, options, error, message):
+    cat = Catalog()
+    cat.add_stream("s", SCHEMA)
+    cat.add_table("dim", DIM)
+    query = BackgroundQuery(sql, cat, **options)
+    with pytest.raises(error, match=message):
+        query.result(timeout=60)
+
+
+def test_a_windowed_aggregate_over_a_million_rows_holds_a_bounded_number_of_groups():
+    n, per_push, keys = 1_000_000, 50_000, 100
+
+    i = np.arange(n, dtype=np.int64)
+    table = pa.table(
+        {
+            # 10 ms apart, a little out of order (within 2 s): 10,000 s of event time
+            "ts": pa.array(
+                (BASE - dt.datetime(1970, 1, 1)) // dt.timedelta(microseconds=1)
+                + i * 10_000
+                - (i * 7919 % 200) * 10_000,
+                pa.int64(),
+            ).cast(pa.timestamp("us")),
+            "k": pa.array(i * 31 % keys),
+            "v": pa.array(i % 13),
+            "x": pa.array(np.zeros(n)),
+        }
+    )
+    sql = (
+        "SELECT time_bucket(INTERVAL '1 minute', ts) AS b, k, count(*) AS n, sum(v) AS sv "
+        "FROM s GROUP BY b, k"
+    )
+    pieces = [table.slice(start, per_push) for start in range(0, n, per_push)]
+    got, stats = _run(
+        sql,
+        pieces,
+        [True] * len(pieces),
+        dim=False,
+        output_mode="append",
+        watermarks={"s": ("ts", "5 seconds")},
+    )
+    agg = stats.streaming_aggregate
+    emitted = pa.concat_tables([t for _, t in got])
+    expected = duckdb_table(sql, {"s": table})
+    assert expected.num_rows > 166 * keys  # 10,000 s in 1-minute buckets, 100 keys each
+    assert_same_bag(emitted, sql, {"s": table}, expected=expected)
+    assert agg.late_rows == 0  # 2 s out of order, 5 s allowed
+    # One push spans 500 s: about 9 buckets x 100 keys are open at a time, never all 16,700.
+    assert agg.peak_live_groups <= 11 * keys
+    assert agg.evicted_groups == expected.num_rows
