@@ -116,7 +116,7 @@ def test_every_commit_equals_duckdb_over_the_rows_pushed_so_far(
 @pytest.mark.parametrize("query", [GROUPED, JOINED, GLOBAL], ids=["grouped", "joined", "global"])
 @pytest.mark.parametrize("mode", ["update", "complete"])
 def test_groups_that_grow_over_several_commits(policy, batch_size, query, mode):
-    rows = [(i, i % 3, i % 7 - 2, (i % 5) / 4) for i in range(60)]
+    rows = [(i, i % 3, i % 7 - 2, (i % 5) / 4 if i % 17 else float("nan")) for i in range(60)]
     pieces = _pieces(rows, [10, 11, 25, 40, 41, 50])
     _check_commits(
         query, mode, pieces, [True, False, True, True, True, False, True], policy, batch_size, rows
@@ -167,6 +167,13 @@ BUCKETED = (
 )
 BUCKET_US = 10_000_000
 TOUCHED = "SELECT DISTINCT time_bucket(INTERVAL '10 seconds', s.ts), s.k FROM s"
+#: The event time itself as a group key: a group is final once the watermark reaches it.
+BY_TIME = (
+    "SELECT s.ts, s.k, count(*) AS n, max(s.x) AS mx FROM s WHERE coalesce(s.v, 0) <> 3 "
+    "GROUP BY s.ts, s.k",
+    0,
+    "SELECT DISTINCT s.ts, s.k FROM s",
+)
 
 
 def _simulate(pieces, commits, lateness_s, sql_filter):
@@ -196,8 +203,8 @@ def _simulate(pieces, commits, lateness_s, sql_filter):
     return accepted, marks, late
 
 
-def _bucket_end_us(row: tuple) -> int:
-    return int((row[0] - dt.datetime(1970, 1, 1)).total_seconds() * 1_000_000) + BUCKET_US
+def _end_us(row: tuple, width_us: int) -> int:
+    return int((row[0] - dt.datetime(1970, 1, 1)).total_seconds() * 1_000_000) + width_us
 
 
 @pytest.mark.parametrize(("policy", "batch_size"), RUNS)
@@ -215,6 +222,20 @@ def test_watermarks_drop_late_rows_and_append_emits_each_final_group_once(
     pieces = _pieces(rows, cuts)
     commits = [commit.draw(st.booleans(), label=f"commit after {i}") for i in range(len(pieces))]
     _check_watermarks(mode, pieces, commits, lateness, policy, batch_size)
+
+
+@pytest.mark.parametrize("mode", ["update", "append"])
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    rows=rows_st,
+    cuts=st.lists(st.integers(0, 40), max_size=6),
+    lateness=st.integers(0, 30),
+    commit=st.data(),
+)
+def test_the_event_time_itself_as_a_group_key(mode, rows, cuts, lateness, commit):
+    pieces = _pieces(rows, cuts)
+    commits = [commit.draw(st.booleans(), label=f"commit after {i}") for i in range(len(pieces))]
+    _check_watermarks(mode, pieces, commits, lateness, "lottery", 7, BY_TIME)
 
 
 @pytest.mark.parametrize(("policy", "batch_size"), RUNS[:1] + RUNS[-2:])
@@ -240,9 +261,10 @@ def test_rows_at_the_watermark_are_late_and_buckets_ending_at_it_are_final(
     assert got.evicted_groups == 7  # every (bucket, k) group, once final
 
 
-def _check_watermarks(mode, pieces, commits, lateness, policy, batch_size):
+def _check_watermarks(mode, pieces, commits, lateness, policy, batch_size, query=None):
+    sql, width_us, touched_sql = query or (BUCKETED, BUCKET_US, TOUCHED)
     got, stats = _run(
-        BUCKETED,
+        sql,
         pieces,
         commits,
         dim=False,
@@ -261,11 +283,11 @@ def _check_watermarks(mode, pieces, commits, lateness, policy, batch_size):
             continue
         end = i + 1 if i < len(pieces) else len(pieces)
         tag, ours = next(increments)
-        expected = table_rows(duckdb_table(BUCKETED, {"s": _concat(accepted[:end])}))
+        expected = table_rows(duckdb_table(sql, {"s": _concat(accepted[:end])}))
         ctx = f"mode={mode} policy={policy} batch_size={batch_size} increment={tag}"
         if mode == "update":
             batch = {"s": _concat(accepted[since:end])}
-            touched = set(table_rows(duckdb_table(TOUCHED, batch)))
+            touched = set(table_rows(duckdb_table(touched_sql, batch)))
             want = [r for r in expected if _row_key(r) in touched]
         else:
             done = {_row_key(r) for r in emitted}
@@ -274,14 +296,14 @@ def _check_watermarks(mode, pieces, commits, lateness, policy, batch_size):
                 r
                 for r in expected
                 if _row_key(r) not in done
-                and (tag == "final" or (wm is not None and _bucket_end_us(r) <= wm))
+                and (tag == "final" or (wm is not None and _end_us(r, width_us) <= wm))
             ]
-        assert_bags_equal(table_rows(ours), want, BUCKETED, ctx)
+        assert_bags_equal(table_rows(ours), want, sql, ctx)
         emitted += table_rows(ours)
         since = end
     if mode == "append":  # every group once, and all of them
-        everything = table_rows(duckdb_table(BUCKETED, {"s": _concat(accepted)}))
-        assert_bags_equal(emitted, everything, BUCKETED, "append: the union of the increments")
+        everything = table_rows(duckdb_table(sql, {"s": _concat(accepted)}))
+        assert_bags_equal(emitted, everything, sql, "append: the union of the increments")
     assert stats.streaming_aggregate.live_groups == 0  # the end of input makes every group final
     return stats.streaming_aggregate
 
@@ -439,3 +461,54 @@ def test_a_windowed_aggregate_over_a_million_rows_holds_a_bounded_number_of_grou
     # One push spans 500 s: about 9 buckets x 100 keys are open at a time, never all 16,700.
     assert agg.peak_live_groups <= 11 * keys
     assert agg.evicted_groups == expected.num_rows
+
+
+def test_attach_refuses_a_mode_that_does_not_fit_before_spark_starts():
+    from types import SimpleNamespace
+
+    from eddies.engine.spark import attach
+
+    cat = Catalog()
+    cat.add_stream("s", SCHEMA)
+    started = []
+    frame = SimpleNamespace(
+        isStreaming=True, writeStream=SimpleNamespace(foreachBatch=started.append)
+    )
+    with pytest.raises(UnsupportedQueryError, match="append"):
+        attach(
+            "SELECT k, count(*) FROM s GROUP BY k",
+            cat,
+            {"s": frame},
+            checkpoint_location="unused",
+            output_mode="append",
+            watermarks={"s": ("ts", "1 minute")},
+        )
+    with pytest.raises(EddiesError, match="output_mode must be one of"):
+        attach("SELECT k FROM s", cat, {"s": frame}, checkpoint_location="x", output_mode="full")
+    assert not started  # no Spark query was started
+
+
+async def test_open_query_answers_at_each_commit_inside_trio():
+    import trio
+
+    from eddies.engine import open_query
+
+    cat = Catalog()
+    stream = cat.add_stream("s", SCHEMA)
+    sql = "SELECT s.k, count(*) AS n, sum(s.v) AS sv FROM s GROUP BY s.k"
+    rows = [(i, i % 2, i, 0.0) for i in range(6)]
+    async with open_query(sql, cat, output_mode="complete", batch_size=2) as results:
+        results.keep_increments = True
+        async with trio.open_nursery() as nursery:
+
+            async def drain():
+                async for _ in results:
+                    pass
+
+            nursery.start_soon(drain)
+            for i, piece in enumerate([_table(rows[:3]), _table(rows[3:])]):
+                await trio.to_thread.run_sync(stream.push, piece, i)
+                got = pa.Table.from_batches(await results.commit(i), results.schema)
+                assert_same_bag(got, sql, {"s": _table(rows[: 3 * (i + 1)])})
+            await trio.to_thread.run_sync(stream.close)
+    assert results.stats.streaming_aggregate.commits == 2
