@@ -19,16 +19,18 @@ Streaming's output modes), :class:`StreamingAggregate` takes its place above the
   taken minus the lateness; the query's watermark is the smallest over its watermarked
   streams that have seen a row (Spark's default ``min`` policy), never decreasing, and it
   advances only at commit points (the value seen at the quiescent moment of the grant,
-  :attr:`~eddies.engine.commit_points.Commit.at_grant`). In ``update`` and ``append``
-  mode a row whose event time is at or before the watermark as of the previous commit
-  (Spark: ``eventTime <= watermark``), or NULL, is **late**: dropped before aggregation
-  and counted in ``stats.streaming_aggregate.late_rows``. In ``complete`` mode, as in
-  Spark, the watermark drops nothing and every group is kept;
+  :attr:`~eddies.engine.commit_points.Commit.at_grant`);
 - a group key that is a watermarked event-time column, or ``time_bucket(INTERVAL w,
   column)`` of one, makes a group **final** once its end (the value; the bucket start +
-  w) is at or before the watermark: no later row can reach it (such rows are late).
-  ``append`` emits final groups and evicts them; ``update`` evicts them after emitting;
-  so the state holds only the groups still open, and memory stays bounded;
+  w) is at or before the watermark. ``append`` emits final groups and evicts them;
+  ``update`` evicts them after emitting; so the state holds only the groups still open,
+  and memory stays bounded. A NULL key never becomes final before the end of input;
+- a row whose group is already final is **late** (Spark's rule in its stateful
+  aggregation: the event-time *key* at or before the watermark of the previous commit,
+  so a row behind the watermark whose window is still open counts): in ``update`` and
+  ``append`` mode it is dropped before aggregation and counted in
+  ``stats.streaming_aggregate.late_rows``. In ``complete`` mode, as in Spark, the
+  watermark drops and evicts nothing; nor does it without an event-time group key;
 - when the streams end, the input is complete: the last increment (``"final"``) holds, in
   ``append`` mode, every group not yet emitted (the end of input acts as a watermark at
   infinity, as in Flink; Spark would keep waiting for data).
@@ -82,6 +84,14 @@ class AggregateStats:
     watermark_us: int | None = None
     max_event_us: dict[str, int] = field(default_factory=dict)  # per watermarked stream
 
+    def __str__(self) -> str:
+        return (
+            f"streaming aggregate ({self.output_mode}): {self.live_groups} live groups "
+            f"(peak {self.peak_live_groups}), {self.evicted_groups} evicted, "
+            f"{self.late_rows} late rows, {self.emitted_rows} rows emitted in "
+            f"{self.commits} commits, watermark {self.watermark}"
+        )
+
     @property
     def watermark(self) -> dt.datetime | None:
         """The watermark as a naive UTC datetime (None before any row)."""
@@ -122,7 +132,6 @@ def _us(values: Any) -> Any:
 def plan_streaming(plan: Plan, catalog: Any, options: RunOptions) -> StreamingPlan | None:
     """Check ``options.output_mode`` / ``watermarks`` against ``plan``; None without a mode.
 
-    Adds each watermark column to ``plan.output_columns`` (the aggregate reads it).
     Raises EddiesError for a watermark on a table the query does not read as a stream, an
     unknown or non-TIMESTAMP column; UnsupportedQueryError for a mode that does not fit
     the query (as Spark refuses it) or an aggregate that cannot be merged incrementally.
@@ -214,9 +223,6 @@ def _watermarks(plan: Plan, given: dict, streams: set[str]) -> list[Watermark]:
                 f"TIMESTAMP, not {schema.field(actual).type}"
             )
         keys = [(a.index, actual) for a in plan.graph.aliases if a.table == table]
-        for key in keys:
-            if key not in plan.output_columns:
-                plan.output_columns.append(key)
         out.append(Watermark(table, actual, lateness // dt.timedelta(microseconds=1), keys))
     return out
 
@@ -268,8 +274,7 @@ class StreamingAggregate(Finalizer):
         self.stats = stats
         self.lateness = {w.table: w.lateness_us for w in streaming.watermarks}
         # Late rows are dropped in update and append mode (Spark: not in complete mode).
-        self.drops_late = self.mode != "complete" and bool(streaming.watermarks)
-        self._time_keys = [k for w in streaming.watermarks for k in w.keys]
+        self.drops_late = self.mode != "complete" and bool(streaming.event_keys)
         self._buffer: list[pa.RecordBatch] = []
         self._buffered = 0
         self._state: pa.Table | None = None  # __g<i>, partial-state columns, __changed
@@ -291,9 +296,6 @@ class StreamingAggregate(Finalizer):
             _aggregate_input(c, a.function)
             for c, a in zip(pre.columns[len(spec.group) :], spec.aggregates, strict=True)
         ]
-        if self.drops_late:  # the event times, for the late-row check at the flush
-            columns += [_us(env[key]) for key in self._time_keys]
-            names += [f"__t{k}" for k in range(len(self._time_keys))]
         self._buffer.append(pa.RecordBatch.from_arrays(columns, names=names))
         self._buffered += n
         if self._buffered >= FLUSH_ROWS:
@@ -306,17 +308,11 @@ class StreamingAggregate(Finalizer):
             return
         pre = pa.Table.from_batches(self._buffer)
         self._buffer, self._buffered = [], 0
-        wm = self.stats.watermark_us
-        if self.drops_late:
-            late = np.zeros(pre.num_rows, dtype=bool)
-            for k in range(len(self._time_keys)):
-                t = pre.column(f"__t{k}")
-                behind = pc.less_equal(t, wm) if wm is not None else pc.is_null(t)
-                late |= pc.fill_null(behind, True).to_numpy(zero_copy_only=False)
+        if self.drops_late:  # rows of groups already final: Spark's late rows
+            late = self._final_mask(pre, end=False)
             if late.any():
                 self.stats.late_rows += int(late.sum())
                 pre = pre.filter(pa.array(~late))
-            pre = pre.drop_columns([f"__t{k}" for k in range(len(self._time_keys))])
         if pre.num_rows == 0:
             return
         for name in pre.column_names:
@@ -395,7 +391,9 @@ class StreamingAggregate(Finalizer):
                 self.stats.watermark_us = wm
 
     def _final_mask(self, state: pa.Table, end: bool) -> np.ndarray:
-        """Groups whose event-time key has ended at or before the watermark."""
+        """Rows of ``state`` (groups, or pre-aggregate rows) whose event-time key has
+        ended at or before the watermark (all of them at the end of input; a NULL key
+        never ends before)."""
         n = state.num_rows
         if end:
             return np.ones(n, dtype=bool)

@@ -207,6 +207,8 @@ class RunStats:
                     f"  {f.name}: {f.calls} calls, {f.cache_hits} cache hits, {f.retries} "
                     f"retries, {f.call_seconds:.3f} s in calls, {f.waited_seconds:.3f} s waited"
                 )
+        if self.streaming_aggregate is not None:
+            lines += ["", str(self.streaming_aggregate)]
         if self.failures:
             lines += ["", "access methods that failed (the eddy failed over):"]
             lines += [f"  {error}" for error in self.failures]

@@ -4,8 +4,8 @@ At every commit point: ``complete`` equals DuckDB's result over the rows pushed 
 ``update`` equals it restricted to the groups that got a row since the previous commit;
 ``append`` emits each group once, exactly when the watermark passes its end. Watermarks
 are simulated here in plain Python from their definition (largest event time pushed minus
-the lateness, advanced at commits; rows at or before the watermark, or with a NULL event
-time, are late) and the accepted rows go to DuckDB. Also time_bucket against DuckDB, the
+the lateness, advanced at commits; a row whose group's end is at or before the watermark
+is late) and the accepted rows go to DuckDB. Also time_bucket against DuckDB, the
 refusals, and a 1M-row run that counts the live groups held.
 """
 
@@ -176,9 +176,11 @@ BY_TIME = (
 )
 
 
-def _simulate(pieces, commits, lateness_s, sql_filter):
+def _simulate(pieces, commits, lateness_s, sql_filter, width_us):
     """Per piece: its accepted rows; per commit: the watermark after it (µs or None); the
-    late-row count. Plain Python from the definition, independent of the engine."""
+    late-row count. Plain Python from the definition, independent of the engine: a row is
+    late when its group's end (its bucket's end; with width 0 its event time) is at or
+    before the watermark of the previous commit; a NULL event time is never late."""
     wm, top, late, accepted, marks = None, None, 0, [], []
     for i, piece in enumerate(pieces):
         rows = piece.to_pylist()
@@ -189,9 +191,8 @@ def _simulate(pieces, commits, lateness_s, sql_filter):
                 top = t if top is None else max(top, t)
             if not sql_filter(r):
                 continue
-            t = None if r["ts"] is None else (r["ts"] - dt.datetime(1970, 1, 1))
-            t_us = None if t is None else int(t.total_seconds() * 1_000_000)
-            if t_us is None or (wm is not None and t_us <= wm):
+            end = None if r["ts"] is None else _end_us((r["ts"],), width_us)
+            if end is not None and wm is not None and end <= wm:
                 late += 1
             else:
                 keep.append(r)
@@ -203,8 +204,16 @@ def _simulate(pieces, commits, lateness_s, sql_filter):
     return accepted, marks, late
 
 
-def _end_us(row: tuple, width_us: int) -> int:
-    return int((row[0] - dt.datetime(1970, 1, 1)).total_seconds() * 1_000_000) + width_us
+def _end_us(row: tuple, width_us: int) -> float:
+    """The end of a group whose first column is its event-time key (the bucket start, for
+    width > 0, after flooring as DuckDB's time_bucket does); NULL: never."""
+    if row[0] is None:
+        return float("inf")
+    us = int((row[0] - dt.datetime(1970, 1, 1)).total_seconds() * 1_000_000)
+    if width_us:
+        origin = 946_857_600_000_000  # DuckDB's time_bucket origin, 2000-01-03
+        us = (us - origin) // width_us * width_us + origin
+    return us + width_us
 
 
 @pytest.mark.parametrize(("policy", "batch_size"), RUNS)
@@ -240,25 +249,21 @@ def test_the_event_time_itself_as_a_group_key(mode, rows, cuts, lateness, commit
 
 @pytest.mark.parametrize(("policy", "batch_size"), RUNS[:1] + RUNS[-2:])
 @pytest.mark.parametrize("mode", ["update", "append"])
-def test_rows_at_the_watermark_are_late_and_buckets_ending_at_it_are_final(
-    policy, batch_size, mode
-):
+def test_rows_of_a_bucket_that_ended_at_the_watermark_are_late(policy, batch_size, mode):
     lateness = 5
     pieces = _pieces(
         [(t, t % 2, 1, 0.0) for t in range(0, 21)]  # wm 15
-        + [(15, 0, 1, 0.0), (16, 1, 1, 0.0), (10, 0, 1, 0.0), (30, 1, 1, 0.0)]  # 15, 10 late; wm 25
-        + [
-            (25, 0, 1, 0.0),
-            (26, 0, 1, 0.0),
-            (35, 1, 1, 0.0),
-            (None, 1, 1, 0.0),
-        ]  # 25, NULL late; wm 30: [20, 30) final
-        + [(29, 1, 1, 0.0), (30, 1, 1, 0.0), (47, 0, 1, 0.0)],  # 29, 30 late; wm 42
+        # 15 and 10 are behind the watermark, but their bucket [10, 20) is open; wm 25
+        + [(15, 0, 1, 0.0), (16, 1, 1, 0.0), (10, 0, 1, 0.0), (30, 1, 1, 0.0)]
+        # [10, 20) is final; NULL is a group of its own until the end; wm 30
+        + [(25, 0, 1, 0.0), (26, 0, 1, 0.0), (35, 1, 1, 0.0), (None, 1, 1, 0.0)]
+        # 29 is late: [20, 30) ended at the watermark, 30; [30, 40) is open; wm 42
+        + [(29, 1, 1, 0.0), (30, 1, 1, 0.0), (47, 0, 1, 0.0)],
         [21, 25, 29],
     )
     got = _check_watermarks(mode, pieces, [True, True, True, True], lateness, policy, batch_size)
-    assert got.late_rows == 6  # 15 and 10; 25 and NULL; 29 and 30
-    assert got.evicted_groups == 7  # every (bucket, k) group, once final
+    assert got.late_rows == 1
+    assert got.evicted_groups == 8  # every (bucket, k) group and the NULL one, once final
 
 
 def _check_watermarks(mode, pieces, commits, lateness, policy, batch_size, query=None):
@@ -273,7 +278,9 @@ def _check_watermarks(mode, pieces, commits, lateness, policy, batch_size, query
         policy=policy,
         batch_size=batch_size,
     )
-    accepted, marks, late = _simulate(pieces, commits, lateness, lambda r: (r["v"] or 0) != 3)
+    accepted, marks, late = _simulate(
+        pieces, commits, lateness, lambda r: (r["v"] or 0) != 3, width_us
+    )
     assert stats.streaming_aggregate.late_rows == late
     emitted: list[tuple] = []
     since = 0
