@@ -19,7 +19,13 @@ import pyarrow as pa
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from oracle import assert_bags_equal, assert_same_bag, duckdb_table, table_rows
+from oracle import (
+    assert_bags_equal,
+    assert_same_bag,
+    assert_same_ordered,
+    duckdb_table,
+    table_rows,
+)
 
 from eddies.engine import Catalog, EddiesError, UnsupportedQueryError, execute
 from eddies.engine.sinks import CallbackSink
@@ -519,3 +525,28 @@ async def test_open_query_answers_at_each_commit_inside_trio():
                 assert_same_bag(got, sql, {"s": _table(rows[: 3 * (i + 1)])})
             await trio.to_thread.run_sync(stream.close)
     assert results.stats.streaming_aggregate.commits == 2
+
+
+@pytest.mark.parametrize(("policy", "batch_size"), RUNS[:1] + RUNS[-2:])
+def test_complete_mode_orders_and_limits_every_increment(policy, batch_size):
+    sql = (
+        "SELECT d.name, count(*) AS n, avg(s.v) AS av FROM s JOIN dim d ON s.k = d.k "
+        "GROUP BY d.name HAVING sum(s.v) > 0 ORDER BY n DESC, d.name NULLS FIRST LIMIT 3"
+    )
+    rows = [(i, i % 5, i % 9 - 3, 0.0) for i in range(50)]
+    pieces = _pieces(rows, [5, 20, 35])
+    got, _ = _run(sql, pieces, [True] * len(pieces), output_mode="complete", policy=policy)
+    for i, (_, ours) in enumerate(got):
+        so_far = {"s": _concat(pieces[: min(i + 1, len(pieces))]), "dim": DIM}
+        assert_same_ordered(ours, sql, so_far, [1, 0])
+
+
+@pytest.mark.parametrize("mode", ["append", "update"])
+def test_a_query_without_aggregates_stays_continuous_in_append_and_update_mode(mode):
+    sql = "SELECT s.v, d.name FROM s JOIN dim d ON s.k = d.k WHERE s.v > 0"
+    rows = [(i, i % 5, i % 9 - 3, 0.0) for i in range(50)]
+    pieces = _pieces(rows, [5, 20, 35])
+    got, _ = _run(sql, pieces, [True] * len(pieces), output_mode=mode, batch_size=7)
+    for i, (_, ours) in enumerate(got[:-1]):  # each micro-batch's own join results
+        assert_same_bag(ours, sql, {"s": pieces[i], "dim": DIM})
+    assert got[-1][1].num_rows == 0
