@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import datetime as dt
 import itertools
+from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
@@ -550,3 +551,54 @@ def test_a_query_without_aggregates_stays_continuous_in_append_and_update_mode(m
     for i, (_, ours) in enumerate(got[:-1]):  # each micro-batch's own join results
         assert_same_bag(ours, sql, {"s": pieces[i], "dim": DIM})
     assert got[-1][1].num_rows == 0
+
+
+def test_the_query_watermark_is_the_smallest_of_the_streams_and_never_goes_back():
+    schema = pa.schema([("ts", pa.timestamp("us")), ("k", pa.int64())])
+    cat = Catalog()
+    a, b = cat.add_stream("a", schema), cat.add_stream("b", schema)
+    query = BackgroundQuery(
+        "SELECT time_bucket(INTERVAL '10 seconds', a.ts) AS w, count(*) AS n "
+        "FROM a JOIN b ON a.k = b.k GROUP BY w",
+        cat,
+        output_mode="update",
+        watermarks={"a": ("ts", "2 seconds"), "B": ("TS", "10 seconds")},
+    )
+
+    def push(stream, seconds, batch_id):
+        rows = [
+            {"ts": None if s is None else BASE + dt.timedelta(seconds=s), "k": 1} for s in seconds
+        ]
+        stream.push(pa.Table.from_pylist(rows, schema), batch_id)
+
+    def watermark_s():
+        us = query.stats.streaming_aggregate.watermark_us
+        base = (BASE - dt.datetime(1970, 1, 1)) // dt.timedelta(microseconds=1)
+        return None if us is None else (us - base) / 1e6
+
+    push(a, [30], 0)
+    query.commit(0)
+    assert watermark_s() == 28  # b has seen no row: only a counts
+    push(b, [20], 0)
+    query.commit(1)
+    assert watermark_s() == 28  # min(28, 10) = 10 would go back: it stays
+    push(b, [50], 1)
+    push(a, [35, None], 1)
+    query.commit(2)
+    assert watermark_s() == 33  # min(35 - 2, 50 - 10)
+    a.close()
+    b.close()
+    query.result(timeout=60)
+
+
+def test_the_streaming_docs_example_runs(capsys):
+    text = (Path(__file__).parent.parent / "docs" / "streaming.md").read_text()
+    section = text[text.index("## Incremental aggregates") :]
+    code = section[
+        section.index("```python\n") + 10 : section.index("\n```", section.index("```python"))
+    ]
+    exec(compile(code, "docs/streaming.md", "exec"), {})
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].startswith("0 [{'minute': datetime.datetime(2023, 12, 31, 23, 58)")
+    assert out[-2].startswith("final [{'minute': datetime.datetime(2024, 1, 1, 0, 2)")
+    assert out[-1] == "2"
