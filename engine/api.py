@@ -175,7 +175,7 @@ async def open_query(
     """
     options = RunOptions.from_kwargs(options, **kwargs)
     plan = plan_query(_check_sql(sql), _check_catalog(catalog))
-    streaming = plan_streaming(plan, catalog, options)
+    streaming = plan_streaming(plan, options)
     stats = RunStats(plan.graph, plan.destinations, functions=plan.udf_stats)
     event_times = EventTimes(streaming.watermarks if streaming is not None else [])
     if options.seed is not None:

@@ -43,6 +43,7 @@ aggregate, ORDER BY / LIMIT / DISTINCT outside ``complete`` mode.
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -59,7 +60,7 @@ from eddies.router.expressions import Call, ColumnRef, evaluate_async, mask_of
 
 #: Pre-aggregate rows buffered before they are folded into the state (bounds the buffer).
 FLUSH_ROWS = 65_536
-#: Aggregates with a mergeable partial state: function -> (partial kernels, merge kernels).
+#: The aggregates (pyarrow kernel names) with a mergeable partial state.
 INCREMENTAL = ("count", "sum", "mean", "min", "max", "all", "any")
 _BOOL_OPTIONS = pc.ScalarAggregateOptions(skip_nulls=True, min_count=1)
 
@@ -129,7 +130,7 @@ def _us(values: Any) -> Any:
     return pc.cast(pc.cast(values, pa.timestamp("us", tz=values.type.tz)), pa.int64())
 
 
-def plan_streaming(plan: Plan, catalog: Any, options: RunOptions) -> StreamingPlan | None:
+def plan_streaming(plan: Plan, options: RunOptions) -> StreamingPlan | None:
     """Check ``options.output_mode`` / ``watermarks`` against ``plan``; None without a mode.
 
     Raises EddiesError for a watermark on a table the query does not read as a stream, an
@@ -230,15 +231,15 @@ def _watermarks(plan: Plan, given: dict, streams: set[str]) -> list[Watermark]:
 class EventTimes:
     """The largest event time each watermarked stream's scan AM has taken (µs).
 
-    :meth:`observe` is the streams' ``on_take`` hook (runs in the query's trio thread);
-    :meth:`snapshot` the commit points' ``on_grant``.
+    :meth:`hook` gives a stream's ``on_take`` (it runs in the query's trio thread, on
+    every batch the scan AM takes); :meth:`snapshot` is the commit points' ``on_grant``.
     """
 
     def __init__(self, watermarks: list[Watermark]) -> None:
         self.columns = {w.table: w.column for w in watermarks}
         self.max_us: dict[str, int] = {}
 
-    def hook(self, table: str):
+    def hook(self, table: str) -> Callable[[pa.RecordBatch], None]:
         column = self.columns[table]
 
         def observe(batch: pa.RecordBatch) -> None:
@@ -278,7 +279,6 @@ class StreamingAggregate(Finalizer):
         self._buffer: list[pa.RecordBatch] = []
         self._buffered = 0
         self._state: pa.Table | None = None  # __g<i>, partial-state columns, __changed
-        self._types: dict[str, pa.DataType] = {}
 
     # ------------------------------------------------------------------ input
     async def push(self, batch: pa.RecordBatch) -> list[pa.RecordBatch]:
@@ -315,8 +315,6 @@ class StreamingAggregate(Finalizer):
                 pre = pre.filter(pa.array(~late))
         if pre.num_rows == 0:
             return
-        for name in pre.column_names:
-            self._types.setdefault(name, pre.schema.field(name).type)
         partial = self._aggregate_pre(pre)
         if self._state is not None:
             both = pa.concat_tables([self._state, partial], promote_options="permissive")

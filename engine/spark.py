@@ -245,7 +245,7 @@ def attach(
     from eddies.engine.planner import plan_query
 
     # A bad query, or an output mode that does not fit it, fails here, before Spark starts.
-    plan_streaming(plan_query(sql, catalog), catalog, options)
+    plan_streaming(plan_query(sql, catalog), options)
     query = BackgroundQuery(sql, catalog, sink=sink, options=options)
     attachment = SparkAttachment(query, tables, on_micro_batch)
     root = Path(checkpoint_location)
