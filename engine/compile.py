@@ -993,6 +993,21 @@ def _date_trunc(unit: str) -> Callable[[Any], Any]:
     return fn
 
 
+_PER_US = {"s": 1_000_000, "ms": 1_000, "us": 1}
+
+
+def floor_us(values: Any) -> Any:
+    """TIMESTAMP values (an Array or ChunkedArray, any unit) as int64 microseconds since
+    1970-01-01 UTC, nanoseconds floored; NULL stays NULL."""
+    ticks = pc.cast(values, pa.int64())
+    unit = values.type.unit
+    if unit != "ns":
+        return pc.multiply_checked(ticks, _PER_US[unit]) if unit != "us" else ticks
+    valid = pc.is_valid(ticks).to_numpy(zero_copy_only=False)
+    us = pc.fill_null(ticks, 0).to_numpy(zero_copy_only=False) // 1000
+    return pa.array(us, pa.int64(), mask=~valid)
+
+
 #: DuckDB's time_bucket origin for widths without months: Monday 2000-01-03 00:00 (UTC).
 TIME_BUCKET_ORIGIN_US = 946_857_600_000_000
 
@@ -1015,7 +1030,7 @@ class TimeBucket:
         out_type = pa.timestamp("us", tz=v.type.tz)
         if isinstance(v, pa.Scalar):
             return self(pa.array([v.as_py()], v.type))[0].cast(out_type)
-        us = pc.cast(pc.cast(v, out_type), pa.int64())
+        us = floor_us(v)
         valid = pc.is_valid(us).to_numpy(zero_copy_only=False)
         shifted = pc.fill_null(us, 0).to_numpy(zero_copy_only=False) - TIME_BUCKET_ORIGIN_US
         starts = shifted // self.width_us * self.width_us + TIME_BUCKET_ORIGIN_US

@@ -51,7 +51,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from eddies.engine.compile import TimeBucket
+from eddies.engine.compile import TimeBucket, floor_us
 from eddies.engine.errors import EddiesError, UnsupportedQueryError
 from eddies.engine.finalize import Finalizer, _aggregate_input, _distinct, _group_value, _sort
 from eddies.engine.options import RunOptions
@@ -127,7 +127,7 @@ class StreamingPlan:
 
 def _us(values: Any) -> Any:
     """Timestamps as int64 microseconds since 1970-01-01 (UTC for TIMESTAMPTZ)."""
-    return pc.cast(pc.cast(values, pa.timestamp("us", tz=values.type.tz)), pa.int64())
+    return floor_us(values)
 
 
 def plan_streaming(plan: Plan, options: RunOptions) -> StreamingPlan | None:

@@ -332,6 +332,10 @@ def test_time_bucket_equals_duckdbs():
     tables = {
         "t": pa.table({"ts": pa.array(ts, pa.timestamp("us")), "v": list(range(len(ts)))}),
         "z": pa.table({"ts": pa.array(ts, pa.timestamp("us", tz="UTC"))}),
+        # nanoseconds are floored to microseconds first, before 1970 too
+        "n": pa.table(
+            {"ts": pa.array([-1_500, 1_700_000_000_123_456_789, None], pa.timestamp("ns"))}
+        ),
     }
     cat = Catalog()
     for name, table in tables.items():
@@ -340,6 +344,7 @@ def test_time_bucket_equals_duckdbs():
         for sql in [
             f"SELECT time_bucket(INTERVAL '{width}', ts) AS b, count(*), sum(v) FROM t GROUP BY b",
             f"SELECT ts, time_bucket(INTERVAL '{width}', ts) FROM z",
+            f"SELECT time_bucket(INTERVAL '{width}', ts) FROM n",
         ]:
             assert_same_bag(execute(sql, cat), sql, tables)
 
