@@ -18,7 +18,8 @@ import pyarrow.compute as pc
 from sqlglot import exp
 
 from eddies.engine import datetime_arith as dta
-from eddies.engine.errors import UnsupportedQueryError, describe
+from eddies.engine.errors import EddiesError, UnsupportedQueryError, describe
+from eddies.engine.intervals import parse_span
 from eddies.router.expressions import Call, ColumnRef, Expr, FunctionSpec, Literal, UdfCall
 
 
@@ -1000,6 +1001,66 @@ def _date_trunc(unit: str) -> Callable[[Any], Any]:
     return fn
 
 
+_PER_US = {"s": 1_000_000, "ms": 1_000, "us": 1}
+
+
+def floor_us(values: Any) -> Any:
+    """TIMESTAMP values (an Array or ChunkedArray, any unit) as int64 microseconds since
+    1970-01-01 UTC, nanoseconds floored; NULL stays NULL."""
+    ticks = pc.cast(values, pa.int64())
+    unit = values.type.unit
+    if unit != "ns":
+        return pc.multiply_checked(ticks, _PER_US[unit]) if unit != "us" else ticks
+    valid = pc.is_valid(ticks).to_numpy(zero_copy_only=False)
+    us = pc.fill_null(ticks, 0).to_numpy(zero_copy_only=False) // 1000
+    return pa.array(us, pa.int64(), mask=~valid)
+
+
+#: DuckDB's time_bucket origin for widths without months: Monday 2000-01-03 00:00 (UTC).
+TIME_BUCKET_ORIGIN_US = 946_857_600_000_000
+
+
+class TimeBucket:
+    """``time_bucket(INTERVAL w, ts)``: the start of ts's bucket of width ``width_us``
+    microseconds, buckets aligned on DuckDB's origin 2000-01-03 (UTC for TIMESTAMPTZ); a
+    TIMESTAMP (TIMESTAMPTZ) of ts's type. Streaming aggregates read ``width_us`` to know
+    when a bucket is final (its end, start + width, is behind the watermark)."""
+
+    def __init__(self, width_us: int) -> None:
+        self.width_us = width_us
+
+    def __call__(self, v: Any) -> Any:
+        v = _plain(v)
+        if v.type == pa.null():
+            v = cast_to(v, pa.timestamp("us"))
+        if not pa.types.is_timestamp(v.type):
+            raise pa.ArrowInvalid(f"time_bucket needs a TIMESTAMP, got {v.type}")
+        out_type = pa.timestamp("us", tz=v.type.tz)
+        if isinstance(v, pa.Scalar):
+            return self(pa.array([v.as_py()], v.type))[0].cast(out_type)
+        us = floor_us(v)
+        valid = pc.is_valid(us).to_numpy(zero_copy_only=False)
+        shifted = pc.fill_null(us, 0).to_numpy(zero_copy_only=False) - TIME_BUCKET_ORIGIN_US
+        starts = shifted // self.width_us * self.width_us + TIME_BUCKET_ORIGIN_US
+        return pa.array(starts, pa.int64(), mask=~valid).cast(out_type)
+
+
+def _time_bucket(node: exp.DateBin) -> TimeBucket:
+    """The kernel of ``time_bucket(INTERVAL '...', ts)``; the width must be a fixed span."""
+    width = node.this
+    if not isinstance(width, exp.Interval) or not isinstance(width.this, exp.Literal):
+        raise UnsupportedQueryError(
+            f"{describe(node)}: the bucket width must be an INTERVAL literal, "
+            "e.g. time_bucket(INTERVAL '10 minutes', ts)"
+        )
+    unit = width.args.get("unit")
+    text = f"{width.this.this} {unit.name if unit is not None else ''}".strip()
+    try:
+        return TimeBucket(parse_span(text))
+    except EddiesError as exc:
+        raise UnsupportedQueryError(f"{describe(node)}: {exc}") from None
+
+
 def _date_diff(unit: str) -> Callable[[Any, Any], Any]:
     """``date_diff(unit, start, end)``: the number of unit boundaries crossed from start to
     end (both floored to the unit first), as DuckDB; weeks are the day count // 7."""
@@ -1248,6 +1309,8 @@ def _compile_function(
             raise UnsupportedQueryError(f"{describe(node)} takes a string and a format")
         fn, text = _strptime_call(node, node.expressions[0], node.expressions[1], True)
         return fn, [sub(text)]
+    if isinstance(node, exp.DateBin):
+        return _time_bucket(node), ops("expression")
     if isinstance(node, exp.NullSafeEQ | exp.NullSafeNEQ):
         return _distinct_from(isinstance(node, exp.NullSafeEQ)), ops("this", "expression")
     return None
@@ -1372,7 +1435,7 @@ def _compile(node: exp.Expression, scope: Scope) -> Expr:
     if isinstance(node, exp.Interval):
         raise UnsupportedQueryError(
             f"{describe(node)}: an INTERVAL is supported only added to or subtracted from "
-            "a DATE or TIMESTAMP"
+            "a DATE or TIMESTAMP, or as time_bucket's width"
         )
     if type(node) in _BINARY:
         return Call(_BINARY[type(node)], [sub(node.this), sub(node.expression)], sql)

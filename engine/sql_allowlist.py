@@ -186,6 +186,7 @@ ALLOWED: dict[type[exp.Expression], frozenset[str]] = {
     exp.Lead: frozenset({"this", "offset", "default"}),
     exp.FirstValue: _UNARY,
     exp.LastValue: _UNARY,
+    exp.DateBin: _BINARY,  # time_bucket(INTERVAL w, ts); no origin or time zone
 }
 
 #: Functions allowed with OVER (the aggregates among them as running aggregates).
@@ -245,6 +246,7 @@ REQUIRED: dict[type[exp.Expression], frozenset[str]] = {
     exp.Subquery: _UNARY,
     exp.Qualify: _UNARY,
     exp.Window: _UNARY,
+    exp.DateBin: _BINARY,
 }
 
 #: Arguments whose values are restricted (compared upper-case).
@@ -319,6 +321,7 @@ _ARG_NAMES: dict[tuple[type[exp.Expression], str], str] = {
     (exp.Star, "rename"): "* RENAME",
     (exp.Star, "ilike"): "* ILIKE",
     (exp.Between, "symmetric"): "BETWEEN SYMMETRIC",
+    (exp.DateBin, "unit"): "time_bucket's origin or time zone argument",
     (exp.In, "query"): "IN (subquery)",
     (exp.In, "unnest"): "IN UNNEST",
     (exp.Min, "count"): "min(x, n) (the n smallest values)",
@@ -391,6 +394,10 @@ def validate(root: exp.Expression, functions: Collection[str] = ()) -> None:
                 allowed = frozenset(node.args)
             else:
                 raise refuse(node, node_name(node))
+        if kind is exp.Interval and not (
+            isinstance(node.parent, exp.DateBin) and node.arg_key == "this"
+        ):  # an INTERVAL value exists only as time_bucket's width (compile.py)
+            raise refuse(node, "INTERVAL outside time_bucket's width")
         if kind is exp.Concat and not node.args.get("safe"):
             # sqlglot reads 'a' 'b' as concat('a', 'b'); DuckDB's parser rejects it.
             raise SqlSyntaxError(
