@@ -394,10 +394,6 @@ def validate(root: exp.Expression, functions: Collection[str] = ()) -> None:
                 allowed = frozenset(node.args)
             else:
                 raise refuse(node, node_name(node))
-        if kind is exp.Interval and not (
-            isinstance(node.parent, exp.DateBin) and node.arg_key == "this"
-        ):  # an INTERVAL value exists only as time_bucket's width (compile.py)
-            raise refuse(node, "INTERVAL outside time_bucket's width")
         if kind is exp.Concat and not node.args.get("safe"):
             # sqlglot reads 'a' 'b' as concat('a', 'b'); DuckDB's parser rejects it.
             raise SqlSyntaxError(
