@@ -18,11 +18,20 @@ import trio
 
 from eddies.engine.catalog import Catalog
 from eddies.engine.commit_points import Commit, CommitPoints
+from eddies.engine.composite import CompositeResults, is_composite, open_composite
 from eddies.engine.errors import EddiesError
 from eddies.engine.finalize import Finalizer
+from eddies.engine.incremental import (
+    AggregateStats,
+    EventTimes,
+    StreamingAggregate,
+    StreamingPlan,
+    plan_streaming,
+)
 from eddies.engine.options import RunOptions
 from eddies.engine.planner import Plan, plan_query
 from eddies.engine.run import run_plan, seed_scheduler
+from eddies.engine.sql import parse_statement
 from eddies.router.stats import RunStats
 
 log = structlog.get_logger("eddies.engine")
@@ -48,12 +57,21 @@ class QueryResults:
         receive: trio.MemoryReceiveChannel,
         stats: RunStats,
         stop: trio.CancelScope,
+        streaming: StreamingPlan | None = None,
     ) -> None:
         self.plan = plan
         self.schema = plan.finalize.schema
         self.stats = stats
         self._receive = receive
         self._finalizer = Finalizer(plan.finalize, plan.output_columns)
+        # An aggregate over streams with an output mode answers at every commit point.
+        self._incremental: StreamingAggregate | None = None
+        if streaming is not None and plan.finalize.group is not None:
+            stats.streaming_aggregate = AggregateStats(streaming.mode)
+            self._incremental = StreamingAggregate(
+                plan.finalize, plan.output_columns, streaming, stats.streaming_aggregate
+            )
+            self._finalizer = self._incremental
         self._stop = stop
         self.exhausted = False  # the eddy finished and every result was taken
         self.completed = trio.Event()  # set when the eddy ended normally
@@ -86,8 +104,17 @@ class QueryResults:
         try:
             async for batch in self._receive:
                 if isinstance(batch, Commit):  # behind every result it stands for
+                    outs = []
+                    if self._incremental is not None:  # this commit point's increment
+                        outs = await self._incremental.commit(batch.at_grant)
+                    for out in outs:
+                        self.stats.rows_out += out.num_rows
+                        if self.keep_increments:
+                            self._since_commit.append(out)
                     batch.results, self._since_commit = self._since_commit, []
                     batch.done.set()
+                    for out in outs:
+                        yield out
                     continue
                 for out in await finalizer.push(batch):
                     self.stats.rows_out += out.num_rows
@@ -140,17 +167,39 @@ async def open_query(
     *,
     options: RunOptions | None = None,
     **kwargs: Any,
-) -> AsyncIterator[QueryResults]:
+) -> AsyncIterator[QueryResults | CompositeResults]:
     """Start ``sql`` under trio; yields a :class:`QueryResults` to iterate with ``async for``.
 
     Options as in :func:`run_query`. Batches leave as soon as the eddy produces them (after
     the whole input for queries with aggregation, ORDER BY or DISTINCT). Leaving the block
-    early stops the query. Raises a subclass of EddiesError for bad queries, options or
-    data, before any task starts where it can.
+    early stops the query. A composite query (WITH, subqueries, set operations, window
+    functions; see :mod:`eddies.engine.composite`) yields a CompositeResults of the same
+    shape whose ``stats`` are those of its latest eddy query. Raises a subclass of
+    EddiesError for bad queries, options or data, before any task starts where it can.
     """
     options = RunOptions.from_kwargs(options, **kwargs)
-    plan = plan_query(_check_sql(sql), _check_catalog(catalog))
+    catalog = _check_catalog(catalog)
+    root = parse_statement(_check_sql(sql), [name.lower() for name in catalog.functions])
+    if is_composite(root):  # WITH, subqueries, set operations, windows: composite.py
+        try:
+            async with open_composite(root, catalog, options, _open_eddy) as results:
+                yield results
+        except BaseExceptionGroup as group:
+            raise _unwrap(group) from None
+        return
+    async with _open_eddy(sql, catalog, options=options) as results:
+        yield results
+
+
+@asynccontextmanager
+async def _open_eddy(
+    sql: str, catalog: Catalog, *, options: RunOptions
+) -> AsyncIterator[QueryResults]:
+    """One eddy query (a single SELECT block), as :func:`open_query` describes."""
+    plan = plan_query(sql, catalog)
+    streaming = plan_streaming(plan, options)
     stats = RunStats(plan.graph, plan.destinations, functions=plan.udf_stats)
+    event_times = EventTimes(streaming.watermarks if streaming is not None else [])
     if options.seed is not None:
         seed_scheduler(options.seed)
     send, receive = trio.open_memory_channel(RESULT_BUFFER)
@@ -165,7 +214,9 @@ async def open_query(
             # Only the query's own tasks sit under ``stop``: a LIMIT that cancels it must
             # not cancel the caller's code running in the body of this context manager.
             stop = trio.CancelScope()
-            results = QueryResults(plan, receive, stats, stop)
+            results = QueryResults(plan, receive, stats, stop, streaming)
+            for table in event_times.columns:  # the watermarks' event times, as taken
+                plan.tables[table].stream.on_take = event_times.hook(table)
             nursery.start_soon(
                 _run_until_stopped,
                 stop,
@@ -174,6 +225,7 @@ async def open_query(
                 send,
                 stats,
                 results,
+                event_times,
                 name="eddies:query",
             )
             try:
@@ -181,6 +233,8 @@ async def open_query(
             finally:
                 if not results.exhausted:  # left early (or LIMIT): stop the query's tasks
                     stop.cancel()
+                for table in event_times.columns:
+                    plan.tables[table].stream.on_take = None
     except BaseExceptionGroup as group:
         raise _unwrap(group) from None
     log.info("query finished", rows=stats.rows_out, seconds=round(stats.elapsed_seconds, 4))
@@ -193,9 +247,12 @@ async def _run_until_stopped(
     send: trio.MemorySendChannel,
     stats: RunStats,
     results: QueryResults,
+    event_times: EventTimes,
 ) -> None:
     def attach(points: CommitPoints) -> None:
         results.commit_points = points
+        if event_times.columns:  # the watermark advances to what was taken at the grant
+            points.on_grant = event_times.snapshot
 
     with stop:
         await run_plan(plan, options, send, stats, attach)

@@ -4,6 +4,8 @@
 
     eddies query "SELECT ..." --table users=users.parquet --table orders=orders.csv
     eddies query "SELECT ..." --table t=data.csv --explain
+    eddies query "SELECT count(*) FROM events" --table events=events_dir/
+    eddies query "SELECT * FROM 'data/**/*.parquet' WHERE year = 2024"
     eddies demo --policy lottery
     eddies serve-demo --port 8080 --latency lookup=0.05 --failure-rate 0.1
 
@@ -37,6 +39,7 @@ from eddies.engine import POLICIES, Catalog, EddiesError, RunStats, explain, ope
 from eddies.engine.errors import find_error
 from eddies.engine.logging_setup import FORMATS, LEVELS, configure_logging
 from eddies.engine.progress import QueryProgress
+from eddies.sources.dataset_source import is_glob
 
 __all__ = ["DEMO_SQL", "DEMO_TABLES", "GLOSSARY", "describe_module", "main"]
 
@@ -171,8 +174,9 @@ def build_parser() -> argparse.ArgumentParser:
         action="append",
         default=[],
         metavar="NAME=PATH",
-        help="a table for the query: NAME=PATH to a .parquet or .csv file "
-        "(PATH alone names the table after the file); repeatable",
+        help="a table for the query: NAME=PATH to a .parquet or .csv file, a directory "
+        "of them (hive partitions too) or a quoted glob such as 'data/**/*.parquet' (PATH "
+        "alone names the table after the file or directory); repeatable",
     )
     _run_options(query)
     query.add_argument(
@@ -603,19 +607,20 @@ def print_routing_stats(console: Console, stats: RunStats, *, max_signatures: in
 # --------------------------------------------------------------------------------------
 
 
-def _parse_table_spec(spec: str) -> tuple[str, pathlib.Path]:
-    if "=" in spec:
+def _parse_table_spec(spec: str) -> tuple[str, str]:
+    """``NAME=PATH`` or ``PATH`` (the table named after the file or directory); PATH is a
+    file, a directory of Parquet/CSV files (hive partitions too) or a quoted glob."""
+    if "=" in spec and not pathlib.Path(spec).exists():
         name, _, path = spec.partition("=")
         name = name.strip()
     else:
         path = spec
-        name = pathlib.Path(spec).name.split(".", 1)[0]
+        name = pathlib.Path(spec.rstrip("/")).name.split(".", 1)[0]
     if not name or not name.replace("_", "a").isalnum() or name[0].isdigit():
         raise UsageError(f"--table {spec!r}: expected NAME=PATH with NAME a plain identifier")
-    file = pathlib.Path(path).expanduser()
-    if not file.is_file():
-        raise UsageError(f"--table {name}: no such file: {path}")
-    return name, file
+    if not is_glob(path) and not pathlib.Path(path).expanduser().exists():
+        raise UsageError(f"--table {name}: no such file or directory: {path}")
+    return name, str(pathlib.Path(path).expanduser()) if not is_glob(path) else path
 
 
 def _output_format(path: str) -> str:
@@ -649,7 +654,7 @@ def _cmd_query(args: argparse.Namespace) -> int:
             raise UsageError(f"--table {name} given twice")
         seen.add(name)
         try:
-            catalog.add_table(name, str(path))
+            catalog.add_table(name, path)
         except (OSError, ValueError, pa.ArrowException) as exc:  # e.g. not UTF-8
             raise UsageError(f"--table {name}: cannot read {path}: {exc}") from exc
 

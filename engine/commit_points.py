@@ -37,6 +37,9 @@ class Commit:
     tags: list[Hashable]
     done: trio.Event = field(default_factory=trio.Event)
     results: list = field(default_factory=list)  # filled by the consumer: result batches
+    # What ``CommitPoints.on_grant`` saw at the quiescent moment (a streaming aggregate's
+    # largest event time per stream: the watermark advances to it at this commit).
+    at_grant: object = None
 
 
 class CommitPoints:
@@ -68,6 +71,9 @@ class CommitPoints:
         self._wake = trio.Event()
         self._wake.set()  # look once at the start: a query may have no static table
         self.granted = 0
+        # Called at each grant, while the dataflow is quiescent; its value rides on the
+        # marker (Commit.at_grant). Set before the query's tasks start.
+        self.on_grant: Callable[[], object] | None = None
         # Set once every static table's scans have finished: the streams' scan AMs wait
         # for it, so static tables are older than every stream tuple (windows rely on it).
         self.streams_may_start = trio.Event()
@@ -147,6 +153,8 @@ class CommitPoints:
     async def _grant(self, results: trio.MemorySendChannel) -> None:
         waiting, self._requests = self._requests, []
         marker = Commit([tag for c in waiting for tag in c.tags])
+        if self.on_grant is not None:
+            marker.at_grant = self.on_grant()
         self.granted += 1
         await results.send(marker)
         await marker.done.wait()

@@ -17,7 +17,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from sqlglot import exp
 
-from eddies.engine.errors import UnsupportedQueryError, describe
+from eddies.engine import datetime_arith as dta
+from eddies.engine.errors import EddiesError, UnsupportedQueryError, describe
+from eddies.engine.intervals import parse_span
 from eddies.router.expressions import Call, ColumnRef, Expr, FunctionSpec, Literal, UdfCall
 
 
@@ -170,11 +172,12 @@ def _nan_aware(kernel_name: str) -> Callable[[Any, Any], Any]:
             return pc.and_kleene(plain, pc.invert(both))
         if kernel_name == "greater":
             return pc.or_kleene(plain, pc.and_kleene(a_nan, pc.invert(b_nan)))
+        # A NaN term alone must not turn a NULL comparison TRUE (NULL <= NaN is NULL).
         if kernel_name == "greater_equal":
-            return pc.or_kleene(plain, a_nan)
+            return pc.or_kleene(plain, pc.and_kleene(a_nan, pc.is_valid(b)))
         if kernel_name == "less":
             return pc.or_kleene(plain, pc.and_kleene(pc.invert(a_nan), b_nan))
-        return pc.or_kleene(plain, b_nan)  # less_equal
+        return pc.or_kleene(plain, pc.and_kleene(b_nan, pc.is_valid(a)))  # less_equal
 
     return fn
 
@@ -224,9 +227,15 @@ def _concat(a: Any, b: Any) -> Any:
     return pc.binary_join_element_wise(a, b, "")
 
 
+def _temporal(wrap: Callable[[Any], Any], kernel: Callable[[Any, Any], Any]) -> Callable:
+    """``+`` / ``-`` with DuckDB's DATE arithmetic (see eddies.engine.datetime_arith)."""
+    fn = wrap(kernel)
+    return lambda a, b: fn(_plain(a), _plain(b))
+
+
 _BINARY: dict[type, Callable[[Any, Any], Any]] = {
-    exp.Add: _binary(pc.add_checked),
-    exp.Sub: _binary(pc.subtract_checked),
+    exp.Add: _temporal(dta.temporal_add, _binary(pc.add_checked)),
+    exp.Sub: _temporal(dta.temporal_sub, _binary(pc.subtract_checked)),
     exp.Mul: _binary(pc.multiply_checked),
     exp.Div: _divide,
     exp.Mod: _modulo,
@@ -992,6 +1001,66 @@ def _date_trunc(unit: str) -> Callable[[Any], Any]:
     return fn
 
 
+_PER_US = {"s": 1_000_000, "ms": 1_000, "us": 1}
+
+
+def floor_us(values: Any) -> Any:
+    """TIMESTAMP values (an Array or ChunkedArray, any unit) as int64 microseconds since
+    1970-01-01 UTC, nanoseconds floored; NULL stays NULL."""
+    ticks = pc.cast(values, pa.int64())
+    unit = values.type.unit
+    if unit != "ns":
+        return pc.multiply_checked(ticks, _PER_US[unit]) if unit != "us" else ticks
+    valid = pc.is_valid(ticks).to_numpy(zero_copy_only=False)
+    us = pc.fill_null(ticks, 0).to_numpy(zero_copy_only=False) // 1000
+    return pa.array(us, pa.int64(), mask=~valid)
+
+
+#: DuckDB's time_bucket origin for widths without months: Monday 2000-01-03 00:00 (UTC).
+TIME_BUCKET_ORIGIN_US = 946_857_600_000_000
+
+
+class TimeBucket:
+    """``time_bucket(INTERVAL w, ts)``: the start of ts's bucket of width ``width_us``
+    microseconds, buckets aligned on DuckDB's origin 2000-01-03 (UTC for TIMESTAMPTZ); a
+    TIMESTAMP (TIMESTAMPTZ) of ts's type. Streaming aggregates read ``width_us`` to know
+    when a bucket is final (its end, start + width, is behind the watermark)."""
+
+    def __init__(self, width_us: int) -> None:
+        self.width_us = width_us
+
+    def __call__(self, v: Any) -> Any:
+        v = _plain(v)
+        if v.type == pa.null():
+            v = cast_to(v, pa.timestamp("us"))
+        if not pa.types.is_timestamp(v.type):
+            raise pa.ArrowInvalid(f"time_bucket needs a TIMESTAMP, got {v.type}")
+        out_type = pa.timestamp("us", tz=v.type.tz)
+        if isinstance(v, pa.Scalar):
+            return self(pa.array([v.as_py()], v.type))[0].cast(out_type)
+        us = floor_us(v)
+        valid = pc.is_valid(us).to_numpy(zero_copy_only=False)
+        shifted = pc.fill_null(us, 0).to_numpy(zero_copy_only=False) - TIME_BUCKET_ORIGIN_US
+        starts = shifted // self.width_us * self.width_us + TIME_BUCKET_ORIGIN_US
+        return pa.array(starts, pa.int64(), mask=~valid).cast(out_type)
+
+
+def _time_bucket(node: exp.DateBin) -> TimeBucket:
+    """The kernel of ``time_bucket(INTERVAL '...', ts)``; the width must be a fixed span."""
+    width = node.this
+    if not isinstance(width, exp.Interval) or not isinstance(width.this, exp.Literal):
+        raise UnsupportedQueryError(
+            f"{describe(node)}: the bucket width must be an INTERVAL literal, "
+            "e.g. time_bucket(INTERVAL '10 minutes', ts)"
+        )
+    unit = width.args.get("unit")
+    text = f"{width.this.this} {unit.name if unit is not None else ''}".strip()
+    try:
+        return TimeBucket(parse_span(text))
+    except EddiesError as exc:
+        raise UnsupportedQueryError(f"{describe(node)}: {exc}") from None
+
+
 def _date_diff(unit: str) -> Callable[[Any, Any], Any]:
     """``date_diff(unit, start, end)``: the number of unit boundaries crossed from start to
     end (both floored to the unit first), as DuckDB; weeks are the day count // 7."""
@@ -1232,9 +1301,61 @@ def _compile_function(
         return (lambda v, f=fmt.this: _strftime(v, f)), ops("this")
     if isinstance(node, exp.DateFromParts):
         return _make_date, ops("year", "month", "day")
+    if isinstance(node, exp.StrToTime):
+        fn, text = _strptime_call(node, node.this, node.args.get("format"), False)
+        return fn, [sub(text)]
+    if isinstance(node, exp.Anonymous) and str(node.this).lower() == "try_strptime":
+        if len(node.expressions) != 2:
+            raise UnsupportedQueryError(f"{describe(node)} takes a string and a format")
+        fn, text = _strptime_call(node, node.expressions[0], node.expressions[1], True)
+        return fn, [sub(text)]
+    if isinstance(node, exp.DateBin):
+        return _time_bucket(node), ops("expression")
     if isinstance(node, exp.NullSafeEQ | exp.NullSafeNEQ):
         return _distinct_from(isinstance(node, exp.NullSafeEQ)), ops("this", "expression")
     return None
+
+
+def _interval_arithmetic(
+    node: exp.Add | exp.Sub, sub: Callable[[exp.Expression], Expr], sql: Any
+) -> Expr:
+    """``x ± INTERVAL ...`` / ``INTERVAL ... + x`` with a constant interval."""
+    if isinstance(node.this, exp.Interval):
+        if isinstance(node, exp.Sub):
+            raise UnsupportedQueryError(
+                f"{describe(node)}: an INTERVAL minus a value is not supported (DuckDB "
+                "subtracts an INTERVAL from a DATE or TIMESTAMP only)"
+            )
+        interval_node, other = node.this, node.expression
+    else:
+        interval_node, other = node.expression, node.this
+    if isinstance(other, exp.Interval):
+        raise UnsupportedQueryError(f"{describe(node)}: INTERVAL arithmetic is not supported")
+    quantity, unit = interval_node.this, interval_node.args.get("unit")
+    if not isinstance(quantity, exp.Literal):
+        raise UnsupportedQueryError(
+            f"{describe(interval_node)}: only constant INTERVALs are supported (a number or "
+            "a string literal)"
+        )
+    interval = dta.parse_interval(
+        str(quantity.this), unit.name if unit is not None else None, describe(interval_node)
+    )
+    if isinstance(node, exp.Sub):
+        interval = interval.negated()
+    return Call(lambda v, i=interval: dta.add_interval(_plain(v), i), [sub(other)], sql)
+
+
+def _strptime_call(
+    node: exp.Expression, text: exp.Expression, fmt: Any, safe: bool
+) -> tuple[Callable[..., Any], exp.Expression]:
+    """``strptime(text, 'format')`` / ``try_strptime``: the kernel and the text operand."""
+    if not (isinstance(fmt, exp.Literal) and fmt.is_string):
+        raise UnsupportedQueryError(
+            f"{describe(node)}: the format must be one string literal (a list of formats is "
+            "not supported)"
+        )
+    pattern = dta.strptime_pattern(fmt.this, describe(node))
+    return (lambda v: dta.strptime(_plain(v), pattern, fmt.this, safe)), text
 
 
 def compile_expr(node: exp.Expression, scope: Scope) -> Expr:
@@ -1306,6 +1427,16 @@ def _compile(node: exp.Expression, scope: Scope) -> Expr:
         raise UnsupportedQueryError(f"{describe(node)}: only IS [NOT] NULL is supported")
     if isinstance(node, exp.And | exp.Or):
         return Call(_kleene_chain(type(node)), [sub(o) for o in _chain(node)], sql)
+    if isinstance(node, exp.Add | exp.Sub) and exp.Interval in (
+        type(node.this),
+        type(node.expression),
+    ):
+        return _interval_arithmetic(node, sub, sql)
+    if isinstance(node, exp.Interval):
+        raise UnsupportedQueryError(
+            f"{describe(node)}: an INTERVAL is supported only added to or subtracted from "
+            "a DATE or TIMESTAMP, or as time_bucket's width"
+        )
     if type(node) in _BINARY:
         return Call(_BINARY[type(node)], [sub(node.this), sub(node.expression)], sql)
     if isinstance(node, exp.Between):

@@ -11,6 +11,7 @@ import dataclasses
 from collections import deque
 
 from eddies.engine.catalog import Catalog
+from eddies.engine.errors import EddiesError
 from eddies.engine.planner import Plan, plan_query
 from eddies.router.routing_table import DestinationKind, RoutingTable
 from eddies.router.stats import RunStats
@@ -81,6 +82,12 @@ def explain_plan(plan: Plan) -> str:
             )
             name = source.access_name or table
             lines.append(f"  scan:{name}  ({where}; table {table}; aliases: {aliases})")
+            if table in plan.scan_columns:
+                read = ", ".join(plan.scan_columns[table]) or "none (row counts only)"
+                lines.append(f"    reads columns: {read}")
+            if table in plan.scan_filters:
+                pushed = " ".join(str(plan.scan_filters[table]).split())
+                lines.append(f"    filter pushed into the scan: {pushed}")
         for index in entry.indexes:
             lines.append(
                 f"  am:{index.name}  (index on ({', '.join(index.on)}), up to "
@@ -163,14 +170,22 @@ def explain_plan(plan: Plan) -> str:
     return "\n".join(lines)
 
 
-def explain(sql: str, catalog: Catalog, stats: RunStats | None = None) -> str:
+def explain(sql: str, catalog: Catalog, stats: RunStats | None = None, **unexpected) -> str:
     """Describe how ``sql`` would run: AMs, SteMs, SMs, destinations, routing table.
 
     With ``stats`` (``run_query(...).stats`` of a run of the query), also what the run
     observed: seconds per tuple, selectivity and confidence per destination and per
     signature (eddies.router.estimates). Raises a subclass of EddiesError for a query
-    that cannot run.
+    that cannot run, and for any other keyword: the plan does not depend on run options
+    (``policy``, ``batch_size``, ...), which apply to ``execute``/``run_query``.
     """
+    if unexpected:
+        names = ", ".join(repr(k) for k in sorted(unexpected))
+        raise EddiesError(
+            f"explain() takes sql, catalog and stats; unexpected keyword {names} "
+            "(run options such as policy or batch_size apply to execute/run_query, "
+            "whose stats explain(..., stats=...) shows)"
+        )
     text = explain_plan(plan_query(sql, catalog))
     if stats is not None:
         text += "\n\n" + "\n".join(stats.format_estimates() or ["(no estimates recorded)"])

@@ -264,15 +264,16 @@ def _scalar_aggregate(values: Any, function: str, options: Any = None, post: Any
         return pc.count_distinct(values).as_py()
     if values.type == pa.null():
         return None
+    # Arrow scalars, not Python values: as_py() would cut timestamp[ns] to microseconds.
     if function == "sum":
-        return pc.sum(values).as_py()
+        return pc.sum(values)
     if function == "mean":
-        return pc.mean(values).as_py()
+        return pc.mean(values)
     if function == "min":
-        return pc.min(values).as_py()
+        return pc.min(values)
     if pa.types.is_floating(values.type) and pc.any(pc.is_nan(values)).as_py():
-        return float("nan")  # DuckDB: NaN is the greatest value
-    return pc.max(values).as_py()
+        return pa.scalar(float("nan"), values.type)  # DuckDB: NaN is the greatest value
+    return pc.max(values)
 
 
 def _group_value(values: pa.Array) -> pa.Array:

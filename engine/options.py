@@ -11,13 +11,15 @@ edge, before any task starts.
 from __future__ import annotations
 
 import dataclasses
+import datetime as dt
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from numbers import Integral, Real
 from typing import Any
 
 from eddies.engine.errors import EddiesError
+from eddies.engine.intervals import span_us
 from eddies.router.policies import check_policy_options
 
 
@@ -38,6 +40,12 @@ class RunOptions:
     instead of through their queues (None: yes, except under ``naive``, whose routing is
     back-pressure on those queues alone). filters: whether SteM filters (semi-joins by a
     complete SteM's join keys, see :mod:`eddies.router.routing_table`) may be offered.
+    output_mode: for queries over stream tables, how results leave at each commit point
+    (Spark's output modes, see :mod:`eddies.engine.incremental`): ``"update"`` (the groups
+    that changed), ``"complete"`` (every group), ``"append"`` (a group once final); None:
+    an aggregate's result leaves when the streams end. watermarks: stream table name ->
+    ``(event-time column, allowed lateness)``, the lateness as text (``"10 seconds"``) or
+    a ``datetime.timedelta``; kept as name -> (column, timedelta). Needs an output_mode.
 
     Raises EddiesError naming the option and the bad value; ``True`` is not a number here.
     """
@@ -51,6 +59,8 @@ class RunOptions:
     queue_capacity: int | None = None
     inline_visits: bool | None = None
     filters: bool = True
+    output_mode: str | None = None
+    watermarks: Mapping[str, tuple[str, dt.timedelta]] | None = None
 
     def __post_init__(self) -> None:
         _check_int(self, "batch_size", minimum=1)
@@ -77,6 +87,18 @@ class RunOptions:
         if self.window is not None:
             object.__setattr__(self, "window", check_positive("window", self.window))
         check_policy_options(self.policy, self.order, self.window)
+        if self.output_mode is not None and self.output_mode not in OUTPUT_MODES:
+            raise EddiesError(
+                f"output_mode must be one of {', '.join(OUTPUT_MODES)} or None, "
+                f"got {self.output_mode!r}"
+            )
+        if self.watermarks is not None:
+            object.__setattr__(self, "watermarks", _check_watermarks(self.watermarks) or None)
+            if self.watermarks and self.output_mode is None:
+                raise EddiesError(
+                    "watermarks need an output_mode ('update', 'complete' or 'append'): "
+                    "they drive incremental aggregates over streams"
+                )
 
     @property
     def inlined(self) -> bool:
@@ -118,6 +140,40 @@ class RunOptions:
             for f in dataclasses.fields(self)
             if getattr(self, f.name) != getattr(default, f.name)
         }
+
+
+#: Spark Structured Streaming's output modes.
+OUTPUT_MODES = ("update", "complete", "append")
+
+
+def _check_watermarks(value: Any) -> dict[str, tuple[str, dt.timedelta]]:
+    """``{"stream": ("ts_col", "10 seconds")}`` checked and normalized to lower-case stream
+    names -> (column, timedelta); EddiesError naming the bad entry."""
+    if not isinstance(value, Mapping):
+        raise EddiesError(
+            f'watermarks must be a dict such as {{"clicks": ("ts", "10 seconds")}}, got {value!r}'
+        )
+    out: dict[str, tuple[str, dt.timedelta]] = {}
+    for name, spec in value.items():
+        if not isinstance(name, str) or not name:
+            raise EddiesError(f"watermarks: a stream name must be a string, got {name!r}")
+        if (
+            isinstance(spec, str | bytes)
+            or not isinstance(spec, Sequence)
+            or len(spec) != 2
+            or not isinstance(spec[0], str)
+            or not spec[0]
+        ):
+            raise EddiesError(
+                f"watermarks[{name!r}] must be (event-time column, allowed lateness), "
+                f"e.g. ('ts', '10 seconds'); got {spec!r}"
+            )
+        try:
+            lateness = span_us(spec[1], allow_zero=True)
+        except EddiesError as exc:
+            raise EddiesError(f"watermarks[{name!r}]: {exc}") from None
+        out[name.lower()] = (spec[0], dt.timedelta(microseconds=lateness))
+    return out
 
 
 def _check_int(options: RunOptions, name: str, *, minimum: int) -> None:

@@ -533,6 +533,11 @@ def _spark_schema(spark: Any, schema: pa.Schema) -> tuple[Any, pa.Schema]:
 def _shippable(catalog: Catalog, names: Iterable[str]) -> list[_Broadcast]:
     out = []
     for name in names:
+        if not catalog.has_table(name):  # FROM 'path' / read_parquet(...) in the SQL
+            raise DataSourceError(
+                f"{name!r} is read from files named in the query; a partitioned query "
+                "broadcasts catalog tables only: register it with add_table(name, path)"
+            )
         entry = catalog.table(name)
         why = None
         if entry.indexes:

@@ -32,13 +32,15 @@ from sqlglot import exp
 from eddies.engine.catalog import Catalog, CatalogTable
 from eddies.engine.compile import compile_expr
 from eddies.engine.errors import (
+    DataSourceError,
     QueryTypeError,
     UnknownColumnError,
     UnknownTableError,
     UnsupportedQueryError,
     describe,
 )
-from eddies.engine.sql import QueryBlock, parse_query
+from eddies.engine.pushdown import needed_columns, scan_filter
+from eddies.engine.sql import QueryBlock, TableRef, parse_query
 from eddies.modules.key_encoding import common_kind, key_kind, wider_kind
 from eddies.router.expressions import ColumnRef, Expr, FunctionSpec, check_types
 from eddies.router.query_graph import (
@@ -51,6 +53,7 @@ from eddies.router.query_graph import (
 )
 from eddies.router.routing_table import Destination, DestinationKind
 from eddies.router.udf_calls import UdfStats
+from eddies.sources.arrow_source import make_source
 
 #: Probe tuples per Work sent to an index AM: a few lookups' worth per lookup slot, so the
 #: AM always has work queued, yet a big batch is spread over Works that the access chooser
@@ -211,6 +214,10 @@ class Plan:
     finalize: FinalizeSpec
     # Per function the query calls: calls, cache hits, seconds waited (filled while it runs).
     udf_stats: dict[str, UdfStats] = field(default_factory=dict)
+    # Per file-backed table (a pyarrow dataset read by one scan AM): the columns its scan
+    # reads and the filter pushed into it (eddies.engine.pushdown); absent: all, none.
+    scan_columns: dict[str, list[str]] = field(default_factory=dict)
+    scan_filters: dict[str, pc.Expression] = field(default_factory=dict)
 
 
 def plan_query(sql: str, catalog: Catalog) -> Plan:
@@ -219,6 +226,15 @@ def plan_query(sql: str, catalog: Catalog) -> Plan:
     aliases: list[AliasInfo] = []
     sources: dict[str, CatalogTable] = {}
     for ref in block.tables:
+        if ref.path is not None and (ref.format is not None or not catalog.has_table(ref.name)):
+            if any(a.name == ref.alias for a in aliases):
+                raise UnsupportedQueryError(
+                    f"alias {ref.alias!r} is used twice in FROM ({describe(ref.node)})"
+                )
+            aliases.append(AliasInfo(len(aliases), ref.alias, ref.path))
+            if ref.path not in sources:  # the same path twice: a self-join, one table
+                sources[ref.path] = _file_table(ref)
+            continue
         if not catalog.has_table(ref.name):
             raise UnknownTableError(
                 f"unknown table {describe(ref.node)}; the catalog has {sorted(catalog.tables)}"
@@ -255,7 +271,7 @@ def plan_query(sql: str, catalog: Catalog) -> Plan:
     output_columns = sorted(
         {k for e in everything for k in e.column_keys() if isinstance(k, tuple)}
     )
-    return Plan(
+    plan = Plan(
         sql,
         graph,
         _destinations(graph),
@@ -265,6 +281,49 @@ def plan_query(sql: str, catalog: Catalog) -> Plan:
         finalize,
         udf_stats,
     )
+    _prune_scans(plan, block, scope)
+    return plan
+
+
+def _file_table(ref: TableRef) -> CatalogTable:
+    """The table a file reference in FROM reads (``FROM 'x.parquet'``, ``read_csv(...)``)."""
+    assert ref.path is not None
+    where = describe(ref.node)
+    try:
+        source = make_source(ref.path, ref.path)
+    except DataSourceError as exc:
+        raise DataSourceError(f"{exc} (in FROM: {where})") from None
+    if ref.format is not None and source.dataset is not None:
+        formats = {type(f.format).__name__ for f in source.dataset.get_fragments()}
+        wanted = "ParquetFileFormat" if ref.format == "parquet" else "CsvFileFormat"
+        if formats != {wanted}:
+            raise DataSourceError(
+                f"read_{ref.format}({ref.path!r}) names files that are not "
+                f"{ref.format.upper()}: {where}"
+            )
+    source.access_name = ref.path
+    return CatalogTable(ref.path, source.schema, scans=[source])
+
+
+def _prune_scans(plan: Plan, block: QueryBlock, scope: BaseScope) -> None:
+    """Fill ``plan.scan_columns`` and ``plan.scan_filters`` for tables read by a single
+    dataset scan AM (with several AMs, duplicates are recognized by all columns, and a
+    filtered scan could not stand in for the table)."""
+    keys = set(plan.output_columns)
+    for predicate in plan.graph.predicates:
+        keys |= {k for k in predicate.expr.column_keys() if isinstance(k, tuple)}
+    for name, entry in plan.tables.items():
+        if len(entry.scans) != 1 or entry.indexes or not entry.scans[0].prunable:
+            continue
+        source = entry.scans[0]
+        aliases = [a.index for a in plan.graph.aliases if a.table == name]
+        wanted = needed_columns(keys, aliases)
+        plan.scan_columns[name] = [c for c in source.schema.names if c in wanted]
+        if len(aliases) == 1:  # a self-join's one scan feeds every alias: no filter
+            types = {f.name: f.type for f in source.dataset.schema}
+            pushed = scan_filter(block.conjuncts, aliases[0], scope, types)
+            if pushed is not None:
+                plan.scan_filters[name] = pushed
 
 
 def _plan_joins(block: QueryBlock, scope: BaseScope) -> None:

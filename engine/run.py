@@ -279,6 +279,8 @@ def _scans(
                     # static tables are read in full before a stream starts
                     start_after=commits.streams_may_start if streamed else None,
                     before_append=commits.before_append if streamed else None,
+                    columns=plan.scan_columns.get(table),
+                    filter=plan.scan_filters.get(table),
                 )
             )
             tables.append(table)

@@ -191,6 +191,8 @@ def attach(
     trigger: dict[str, Any] | None = None,
     sink: Sink | None = None,
     windows: Mapping[str, Window] | None = None,
+    output_mode: str | None = None,
+    watermarks: Mapping[str, tuple[str, Any]] | None = None,
     query_name: str | None = None,
     on_micro_batch: Callable[[MicroBatch], Any] | None = None,
     options: RunOptions | None = None,
@@ -205,13 +207,22 @@ def attach(
     trigger: keyword arguments for ``DataStreamWriter.trigger`` (``{"availableNow":
     True}``, ``{"processingTime": "5 seconds"}``; None: Spark's default). sink: where
     result increments go (None: collected, returned by ``await_termination``). windows:
-    table name -> RowWindow/EventTimeWindow for new stream tables. on_micro_batch: called
+    table name -> RowWindow/EventTimeWindow for new stream tables. output_mode: Spark's
+    ``"update"``, ``"complete"`` or ``"append"``: an aggregate's result leaves at every
+    micro-batch (see :mod:`eddies.engine.incremental`; None: when the streams end).
+    watermarks: stream name -> ``(event-time column, lateness)``, e.g. ``("ts", "10
+    seconds")``, as Spark's ``withWatermark``. on_micro_batch: called
     with a :class:`MicroBatch` after each commit (progress displays). options (or
     keywords: policy, batch_size, ...): the :class:`~eddies.engine.options.RunOptions`.
 
     Raises DataSourceError for a name that is a static table, EddiesError for a bad query
-    or option (before any Spark query starts).
+    or option, UnsupportedQueryError for an output mode that does not fit the query (all
+    before any Spark query starts).
     """
+    if output_mode is not None:
+        kwargs["output_mode"] = output_mode
+    if watermarks is not None:
+        kwargs["watermarks"] = watermarks
     options = RunOptions.from_kwargs(options, **kwargs)
     if not streams:
         raise EddiesError("attach() needs at least one streaming DataFrame")
@@ -230,9 +241,11 @@ def attach(
             tables[name] = existing
         else:
             tables[name] = catalog.add_stream(name, arrow_schema(frame), window=windows.get(name))
+    from eddies.engine.incremental import plan_streaming
     from eddies.engine.planner import plan_query
 
-    plan_query(sql, catalog)  # a bad query fails here, before Spark starts anything
+    # A bad query, or an output mode that does not fit it, fails here, before Spark starts.
+    plan_streaming(plan_query(sql, catalog), options)
     query = BackgroundQuery(sql, catalog, sink=sink, options=options)
     attachment = SparkAttachment(query, tables, on_micro_batch)
     root = Path(checkpoint_location)

@@ -22,6 +22,7 @@ import re
 from bisect import bisect_left
 from collections.abc import Collection
 from dataclasses import dataclass, field
+from pathlib import PurePath
 
 from sqlglot import exp
 from sqlglot.dialects.dialect import Dialect
@@ -29,7 +30,7 @@ from sqlglot.errors import ErrorLevel, ParseError, TokenError
 from sqlglot.tokens import Token, TokenType
 
 from eddies.engine.errors import SqlSyntaxError, UnsupportedQueryError, describe, line_col
-from eddies.engine.sql_allowlist import validate
+from eddies.engine.sql_allowlist import refuse_composite, validate
 
 _DIALECT = Dialect.get_or_raise("duckdb")
 
@@ -81,11 +82,18 @@ MAX_TABLES = 63
 
 @dataclass
 class TableRef:
-    """A FROM entry: catalog table ``name`` under ``alias`` (both lower case)."""
+    """A FROM entry: catalog table ``name`` under ``alias`` (both lower case).
+
+    path: for ``FROM 'file.parquet'`` (a quoted name that is no catalog table) and
+    ``read_parquet('glob')`` / ``read_csv('file')``, the file, directory or glob to read;
+    format: ``"parquet"`` / ``"csv"`` when a read function names it.
+    """
 
     name: str
     alias: str
     node: exp.Table
+    path: str | None = None
+    format: str | None = None
 
 
 @dataclass
@@ -223,6 +231,12 @@ def _check_tokens(sql: str, tokens: list[Token]) -> None:
             raise SqlSyntaxError(
                 f"SQL syntax error {_at(sql, token.start)}: an empty list after {prev.text.upper()}"
             )
+        if kind == TokenType.INTERVAL and nxt is not None and nxt.token_type == TokenType.DASH:
+            # sqlglot folds INTERVAL -1 DAY into INTERVAL '-1' DAY; DuckDB rejects it.
+            raise SqlSyntaxError(
+                f"SQL syntax error {_at(sql, nxt.start)}: a sign after INTERVAL (write "
+                "INTERVAL '-1' DAY or subtract the interval)"
+            )
         if kind == TokenType.NOT and nxt is not None and nxt.token_type == TokenType.IS:
             raise SqlSyntaxError(f"SQL syntax error {_at(sql, token.start)}: NOT IS (write IS NOT)")
         if kind in _DIRECTIONS and nxt is not None and nxt.token_type in _DIRECTIONS:
@@ -283,11 +297,16 @@ def _parse(sql: str, tokens: list[Token]) -> list[exp.Expression | None]:
         ) from None
 
 
-def parse_query(sql: str, functions: Collection[str] = ()) -> QueryBlock:
-    """Parse ``sql`` into a :class:`QueryBlock`; SqlSyntaxError / UnsupportedQueryError.
+def parse_statement(sql: str, functions: Collection[str] = ()) -> exp.Expression:
+    """Parse ``sql`` into one checked sqlglot statement (layers 1 and 2 of the module
+    docstring); SqlSyntaxError / UnsupportedQueryError.
 
     ``functions``: lower-case names of registered Python functions (allowed as calls).
     """
+    return _statement(sql, functions)[0]
+
+
+def _statement(sql: str, functions: Collection[str]) -> tuple[exp.Expression, list[Token]]:
     if not isinstance(sql, str):
         raise SqlSyntaxError(f"the query must be a string, not {type(sql).__name__}")
     nul = sql.find("\x00")
@@ -311,7 +330,20 @@ def parse_query(sql: str, functions: Collection[str] = ()) -> QueryBlock:
                 f'{describe(ident).split(" ", 1)[1]} (quote it as "{ident.this}" if it is one)'
             )
     _check_keywords(sql, tokens, root)
+    _place_intervals(tokens, root)
     validate(root, functions)
+    return root, tokens
+
+
+def parse_query(sql: str, functions: Collection[str] = ()) -> QueryBlock:
+    """Parse ``sql`` into a :class:`QueryBlock`; SqlSyntaxError / UnsupportedQueryError.
+
+    ``functions``: lower-case names of registered Python functions (allowed as calls).
+    The constructs engine/composite.py runs around the eddy (WITH, subqueries, set
+    operations, window functions...) are refused here: a QueryBlock is one eddy's query.
+    """
+    root, tokens = _statement(sql, functions)
+    refuse_composite(root)
     if not isinstance(root, exp.Select):
         raise UnsupportedQueryError(f"only SELECT queries are supported, got {describe(root)}")
 
@@ -368,7 +400,9 @@ def _check_keywords(sql: str, tokens: list[Token], root: exp.Expression) -> None
     cases = list(root.find_all(exp.Case))
     whens = sum(len(c.args.get("ifs") or []) for c in cases)
     implied = {
-        TokenType.AND: len(list(root.find_all(exp.And))) + len(list(root.find_all(exp.Between))),
+        TokenType.AND: len(list(root.find_all(exp.And)))
+        + len(list(root.find_all(exp.Between)))
+        + sum(1 for w in root.find_all(exp.WindowSpec) if w.args.get("end")),  # frames
         TokenType.OR: len(list(root.find_all(exp.Or))),
         TokenType.WHEN: whens,
         TokenType.THEN: whens,
@@ -394,6 +428,16 @@ def _check_keywords(sql: str, tokens: list[Token], root: exp.Expression) -> None
                     f"SQL syntax error {_at(sql, tokens[i].start)}: REPLACE items are "
                     "'expression AS column' (AS is missing)"
                 )
+
+
+def _place_intervals(tokens: list[Token], root: exp.Expression) -> None:
+    """Give each INTERVAL node its keyword's position: sqlglot records none under it (its
+    quantity becomes a new string literal), and errors must say where it is."""
+    nodes = list(root.find_all(exp.Interval, bfs=False))
+    keywords = [t for t in tokens if t.token_type == TokenType.INTERVAL]
+    if len(nodes) == len(keywords):
+        for node, token in zip(nodes, keywords, strict=True):
+            node.meta.update(line=token.line, col=token.col, start=token.start, end=token.end)
 
 
 def _join_spec(sql: str, tokens: list[Token], join: exp.Join, index: int, group: int) -> JoinSpec:
@@ -439,9 +483,38 @@ def _after_comma(tokens: list[Token], table: exp.Expression) -> bool:
     return i > 0 and tokens[i - 1].token_type == TokenType.COMMA
 
 
+#: Read functions in FROM and the format each reads.
+_READERS = {exp.ReadParquet: "parquet", exp.ReadCSV: "csv"}
+
+
 def _table_ref(node: exp.Expression) -> TableRef:
+    if isinstance(node, exp.Table) and type(node.this) in _READERS:
+        return _read_ref(node, _READERS[type(node.this)])
     if not isinstance(node, exp.Table) or not isinstance(node.this, exp.Identifier):
         raise UnsupportedQueryError(f"FROM item {describe(node)} is not supported (tables only)")
     if node.args.get("db") or node.args.get("catalog"):
         raise UnsupportedQueryError(f"qualified table name {describe(node)} is not supported")
+    text = node.this.this
+    if node.this.args.get("quoted") and _looks_like_path(text):
+        # DuckDB's replacement scan: the alias is the file's stem (a glob: all of it).
+        glob = any(c in text for c in "*?[")
+        alias = node.alias or (text if glob else PurePath(text).name.split(".")[0])
+        return TableRef(node.name.lower(), alias.lower(), node, path=text)
     return TableRef(node.name.lower(), node.alias_or_name.lower(), node)
+
+
+def _looks_like_path(text: str) -> bool:
+    return "/" in text or "*" in text or "." in text
+
+
+def _read_ref(node: exp.Table, fmt: str) -> TableRef:
+    """``read_parquet('path')`` / ``read_csv('path')``: one string argument, no options."""
+    call = node.this
+    args = [call.this] if isinstance(call, exp.ReadCSV) else list(call.expressions)
+    if len(args) != 1 or not (isinstance(args[0], exp.Literal) and args[0].is_string):
+        raise UnsupportedQueryError(
+            f"read_{fmt} takes one path (a string literal: a file, a directory or a glob) "
+            f"and no options here: {describe(node)}"
+        )
+    alias = node.alias or f"read_{fmt}"
+    return TableRef(f"read_{fmt}", alias.lower(), node, path=args[0].this, format=fmt)

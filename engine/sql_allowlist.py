@@ -30,20 +30,23 @@ ALLOWED: dict[type[exp.Expression], frozenset[str]] = {
     # statement and clauses (sql.py, planner.py)
     exp.Select: frozenset(
         {"expressions", "from_", "joins", "where", "group", "having", "order", "limit"}
-        | {"offset", "distinct"}
+        | {"offset", "distinct", "with_", "qualify"}  # WITH, QUALIFY: composite.py
     ),
     exp.From: _UNARY,
     exp.Join: frozenset({"this", "on", "using", "kind", "method"}),
     exp.Table: frozenset({"this", "alias"}),
+    # FROM read_parquet('path') / read_csv('path'): one string, no options (sql.py)
+    exp.ReadParquet: frozenset({"expressions"}),
+    exp.ReadCSV: _UNARY,
     exp.TableAlias: _UNARY,
     exp.Where: _UNARY,
     exp.Having: _UNARY,
-    exp.Group: frozenset({"expressions"}),
+    exp.Group: frozenset({"expressions", "all"}),  # GROUP BY ALL: composite.py
     exp.Order: frozenset({"this", "expressions"}),  # this: string_agg(s ORDER BY k)
     exp.Ordered: frozenset({"this", "desc", "nulls_first"}),
     exp.Limit: frozenset({"expression"}),
     exp.Offset: frozenset({"expression"}),
-    exp.Distinct: frozenset({"expressions"}),  # SELECT DISTINCT, COUNT(DISTINCT x)
+    exp.Distinct: frozenset({"expressions", "on"}),  # SELECT DISTINCT [ON], COUNT(DISTINCT x)
     exp.Alias: frozenset({"this", "alias"}),
     exp.Star: frozenset({"except_", "replace"}),  # * EXCLUDE (...) REPLACE (...)
     exp.Column: frozenset({"this", "table"}),
@@ -134,6 +137,9 @@ ALLOWED: dict[type[exp.Expression], frozenset[str]] = {
     exp.DateDiff: frozenset({"this", "expression", "unit", "date_part_boundary"}),
     exp.TimeToStr: frozenset({"this", "format"}),  # strftime
     exp.DateFromParts: frozenset({"year", "month", "day"}),  # make_date
+    exp.StrToTime: frozenset({"this", "format"}),  # strptime; try_strptime is Anonymous
+    # x ± INTERVAL: a constant quantity and unit (compile.py, engine/datetime_arith.py)
+    exp.Interval: frozenset({"this", "unit"}),
     exp.Greatest: frozenset({"this", "expressions", "ignore_nulls"}),
     exp.Least: frozenset({"this", "expressions", "ignore_nulls"}),
     exp.Anonymous: frozenset({"this", "expressions"}),  # registered Python functions
@@ -159,7 +165,49 @@ ALLOWED: dict[type[exp.Expression], frozenset[str]] = {
     exp.ArgMax: _BINARY,
     exp.GroupConcat: frozenset({"this", "separator"}),  # string_agg, ORDER BY as this
     # agg FILTER (WHERE ...): planner.py rewrites it
+    # Composite queries (composite.py splits them into eddy queries and what runs above
+    # them; sql.refuse_composite keeps them out of a single eddy's QueryBlock).
+    exp.With: frozenset({"expressions"}),
+    exp.CTE: frozenset({"this", "alias"}),
+    exp.Subquery: frozenset({"this", "alias"}),  # FROM (SELECT ...) AS d, (SELECT avg(x) ...)
+    exp.Union: frozenset({"this", "expression", "distinct", "with_", "order", "limit", "offset"}),
+    exp.Intersect: frozenset(
+        {"this", "expression", "distinct", "with_", "order", "limit", "offset"}
+    ),
+    exp.Except: frozenset({"this", "expression", "distinct", "with_", "order", "limit", "offset"}),
+    exp.Qualify: _UNARY,
+    exp.Tuple: frozenset({"expressions"}),  # DISTINCT ON (a, b) only: refuse_composite
+    exp.Window: frozenset({"this", "partition_by", "order", "spec", "over"}),
+    exp.WindowSpec: frozenset({"kind", "start", "start_side", "end", "end_side"}),
+    exp.RowNumber: frozenset(),
+    exp.Rank: frozenset(),
+    exp.DenseRank: frozenset(),
+    exp.Lag: frozenset({"this", "offset", "default"}),
+    exp.Lead: frozenset({"this", "offset", "default"}),
+    exp.FirstValue: _UNARY,
+    exp.LastValue: _UNARY,
+    exp.DateBin: _BINARY,  # time_bucket(INTERVAL w, ts); no origin or time zone
 }
+
+#: Functions allowed with OVER (the aggregates among them as running aggregates).
+WINDOW_FUNCTIONS: tuple[type[exp.Expression], ...] = (
+    exp.RowNumber,
+    exp.Rank,
+    exp.DenseRank,
+    exp.Lag,
+    exp.Lead,
+    exp.FirstValue,
+    exp.LastValue,
+    exp.Sum,
+    exp.Avg,
+    exp.Count,
+    exp.Min,
+    exp.Max,
+)
+
+#: Functions that exist only with OVER.
+_ONLY_WINDOW = (exp.RowNumber, exp.Rank, exp.DenseRank, exp.Lag, exp.Lead)
+_ONLY_WINDOW += (exp.FirstValue, exp.LastValue)
 
 #: Arguments that must be present and non-empty (a missing one is a syntax error in DuckDB;
 #: a SELECT without FROM, which DuckDB runs, is refused by sql.py).
@@ -170,7 +218,7 @@ REQUIRED: dict[type[exp.Expression], frozenset[str]] = {
     exp.Table: _UNARY,
     exp.Where: _UNARY,
     exp.Having: _UNARY,
-    exp.Group: frozenset({"expressions"}),
+    exp.Group: frozenset({"expressions"}),  # or ALL
     exp.Order: frozenset({"expressions"}),
     exp.Ordered: _UNARY,
     exp.Limit: frozenset({"expression"}),
@@ -191,6 +239,14 @@ REQUIRED: dict[type[exp.Expression], frozenset[str]] = {
     exp.TimestampTrunc: frozenset({"this", "unit"}),
     exp.DateDiff: frozenset({"this", "expression", "unit"}),
     exp.DateFromParts: frozenset({"year", "month", "day"}),
+    exp.StrToTime: frozenset({"this", "format"}),
+    exp.Interval: _UNARY,
+    exp.With: frozenset({"expressions"}),
+    exp.CTE: frozenset({"this", "alias"}),
+    exp.Subquery: _UNARY,
+    exp.Qualify: _UNARY,
+    exp.Window: _UNARY,
+    exp.DateBin: _BINARY,
 }
 
 #: Arguments whose values are restricted (compared upper-case).
@@ -209,12 +265,13 @@ _NODE_NAMES: dict[type[exp.Expression], str] = {
     exp.Except: "EXCEPT",
     exp.With: "WITH (common table expressions)",
     exp.CTE: "a common table expression",
+    exp.Qualify: "QUALIFY",
+    exp.Tuple: "a row value (a, b)",
     exp.Pivot: "PIVOT / UNPIVOT",
     exp.TableSample: "USING SAMPLE / TABLESAMPLE",
     exp.Lateral: "LATERAL",
     exp.Unnest: "UNNEST",
     exp.Values: "VALUES",
-    exp.Interval: "INTERVAL",
     exp.Columns: "COLUMNS(...)",
     exp.Lambda: "a lambda",
     exp.Placeholder: "a parameter placeholder",
@@ -247,6 +304,15 @@ _ARG_NAMES: dict[tuple[type[exp.Expression], str], str] = {
     (exp.Group, "cube"): "GROUP BY CUBE",
     (exp.Group, "grouping_sets"): "GROUP BY GROUPING SETS",
     (exp.Group, "all"): "GROUP BY ALL",
+    (exp.With, "recursive"): "WITH RECURSIVE",
+    (exp.CTE, "materialized"): "AS [NOT] MATERIALIZED",
+    (exp.Union, "by_name"): "UNION BY NAME",
+    (exp.Window, "alias"): "a named window (OVER w)",
+    (exp.Window, "first"): "KEEP (DENSE_RANK FIRST/LAST)",
+    (exp.WindowSpec, "exclude"): "a window frame EXCLUDE clause",
+    (exp.Subquery, "order"): "ORDER BY on a parenthesized query",
+    (exp.Subquery, "limit"): "LIMIT on a parenthesized query",
+    (exp.Subquery, "offset"): "OFFSET on a parenthesized query",
     (exp.Order, "siblings"): "ORDER SIBLINGS BY",
     (exp.Ordered, "with_fill"): "ORDER BY ... WITH FILL",
     (exp.Distinct, "on"): "DISTINCT ON",
@@ -255,6 +321,7 @@ _ARG_NAMES: dict[tuple[type[exp.Expression], str], str] = {
     (exp.Star, "rename"): "* RENAME",
     (exp.Star, "ilike"): "* ILIKE",
     (exp.Between, "symmetric"): "BETWEEN SYMMETRIC",
+    (exp.DateBin, "unit"): "time_bucket's origin or time zone argument",
     (exp.In, "query"): "IN (subquery)",
     (exp.In, "unnest"): "IN UNNEST",
     (exp.Min, "count"): "min(x, n) (the n smallest values)",
@@ -352,7 +419,7 @@ def validate(root: exp.Expression, functions: Collection[str] = ()) -> None:
             if permitted is not None and str(value).upper() not in permitted:
                 raise refuse(node, arg_name(node, key, value))
         for key in REQUIRED.get(kind, ()):
-            if _empty(node.args.get(key)):
+            if _empty(node.args.get(key)) and not (kind is exp.Group and node.args.get("all")):
                 what = "select list" if kind is exp.Select else key.rstrip("_")
                 raise SqlSyntaxError(
                     f"SQL syntax error: {node_name(node)} is missing its {what}: {describe(node)}"
@@ -361,3 +428,68 @@ def validate(root: exp.Expression, functions: Collection[str] = ()) -> None:
             # An n-ary AND/OR chain is one level: compile.py flattens it.
             same_chain = isinstance(node, exp.And | exp.Or) and type(child) is kind
             stack.append((child, depth if same_chain else depth + 1))
+    _refuse_misplaced(root)
+
+
+# ------------------------------------------------------------------- composite queries
+def _in_subquery(node: exp.Subquery) -> bool:
+    """``x IN (SELECT ...)``: a semi-join inside the eddy, not a composite construct."""
+    return isinstance(node.parent, exp.In) and node.arg_key == "query"
+
+
+def composite_construct(root: exp.Expression) -> tuple[exp.Expression, str] | None:
+    """The first construct of ``root`` that engine/composite.py runs around the eddy (a
+    node and its name), or None when ``root`` is one eddy query."""
+    for node in root.walk():
+        if isinstance(node, exp.With):
+            return node, "WITH (common table expressions)"
+        if isinstance(node, exp.Subquery) and not _in_subquery(node):
+            where = node.parent
+            in_from = isinstance(where, exp.From | exp.Join)
+            return node, "a derived table (FROM (SELECT ...))" if in_from else "a scalar subquery"
+        if isinstance(node, exp.Union | exp.Intersect | exp.Except):
+            return node, node_name(node)
+        if isinstance(node, exp.Window):
+            return node, "a window function (OVER)"
+        if isinstance(node, exp.Qualify):
+            return node, "QUALIFY"
+        if isinstance(node, exp.Group) and node.args.get("all"):
+            return node, "GROUP BY ALL"
+        if isinstance(node, exp.Distinct) and node.args.get("on") is not None:
+            return node, "DISTINCT ON"
+        if isinstance(node, exp.Ordered) and is_all(node.this):
+            return node, "ORDER BY ALL"
+    return None
+
+
+def _refuse_misplaced(root: exp.Expression) -> None:
+    """Allowed node types in a place where they mean nothing: a row value outside
+    DISTINCT ON, a window-only function without OVER."""
+    for node in root.walk():
+        if isinstance(node, exp.Tuple) and not isinstance(node.parent, exp.Distinct):
+            raise refuse(node, "a row value (a, b)")
+        if isinstance(node, _ONLY_WINDOW):
+            parent = node.parent
+            if isinstance(parent, exp.IgnoreNulls):
+                parent = parent.parent
+            if not isinstance(parent, exp.Window):
+                raise UnsupportedQueryError(
+                    f"{node_name(node)} needs an OVER clause: {describe(node)}"
+                )
+
+
+def is_all(node: exp.Expression | None) -> bool:
+    """``ALL`` as an ORDER BY item (sqlglot reads it as a Var)."""
+    return isinstance(node, exp.Var) and str(node.this).upper() == "ALL"
+
+
+def refuse_composite(root: exp.Expression) -> None:
+    """Raise UnsupportedQueryError if ``root`` is not a single eddy query (see
+    :func:`composite_construct`): explain and the planner see one eddy at a time."""
+    found = composite_construct(root)
+    if found is not None:
+        node, what = found
+        raise UnsupportedQueryError(
+            f"{what} is not supported in a single eddy query (execute, run_query and "
+            f"open_query run it around the eddy; explain shows one eddy): {describe(node)}"
+        )

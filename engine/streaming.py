@@ -126,6 +126,10 @@ class BackgroundQuery:
                     self._on_batch(batch)
                 elif self.sink is None:
                     self._batches.append(batch)
+        # A composite query (engine/composite.py) knows its schema and last eddy's stats
+        # only once it has run.
+        self._schema = results.schema
+        self.stats = results.stats
 
     @property
     def running(self) -> bool:

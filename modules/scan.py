@@ -17,6 +17,7 @@ others (``cancel_scope``): everything they would still deliver is a duplicate.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -48,6 +49,8 @@ class ScanAM:
         floating: bool = False,
         start_after: trio.Event | None = None,
         before_append: Callable[[], Awaitable[None]] | None = None,
+        columns: list[str] | None = None,
+        filter: Any = None,
     ) -> None:
         self.name = f"scan:{source.access_name or source.name}"
         self.access = access
@@ -61,6 +64,10 @@ class ScanAM:
         self.start_after = start_after  # a stream waits for the static tables
         # A windowed stream's scan waits here before appending (see CommitPoints).
         self.before_append = before_append
+        # A file scan reads only ``columns`` and applies the pushed ``filter`` (planned by
+        # eddies.engine.pushdown); the selections still run in the eddy.
+        self.columns = columns
+        self.filter = filter
 
     async def run(self, to_eddy: trio.MemorySendChannel, source: Source, index: int) -> None:
         """Deliver every batch, each after taking a slot of ``source.admission``."""
@@ -117,7 +124,9 @@ class ScanAM:
                             await self.before_append()
                         yield self.store.append(batch.slice(start, self.batch_size))
             return
-        batches = self.source.open_batches(self.batch_size)
+        batches = self.source.open_batches(
+            self.batch_size, self.columns, self.filter, counts=self.stats
+        )
         while True:
             try:
                 # abandoned on cancel: a stopped query does not wait for a slow read

@@ -160,6 +160,27 @@ class FunctionSpec:
         return {**self.__dict__, "calls": None}
 
 
+def _kind(t: pa.DataType) -> str:
+    if pa.types.is_boolean(t):
+        return "boolean"
+    if pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_decimal(t):
+        return "number"
+    if pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_string_view(t):
+        return "string"
+    if pa.types.is_dictionary(t):
+        return _kind(t.value_type)
+    if pa.types.is_date(t) or pa.types.is_timestamp(t):
+        return "datetime"
+    return str(t)
+
+
+def castable_result(actual: pa.DataType, declared: pa.DataType) -> bool:
+    """Whether a UDF's result of type ``actual`` may be cast to its declared return type:
+    only within a kind (numbers, strings, dates/timestamps, booleans) or from all-NULL.
+    A cast across kinds would be a silent wrong answer (ints to booleans are "nonzero")."""
+    return pa.types.is_null(actual) or _kind(actual) == _kind(declared)
+
+
 @dataclass(eq=False)
 class UdfCall(Expr):
     """A call of a registered function; its value is bound into the env under ``self``."""
@@ -182,6 +203,13 @@ class UdfCall(Expr):
                 result = result.combine_chunks()
             arr = result if isinstance(result, pa.Array) else pa.array(result)
             if arr.type != self.spec.return_type:
+                if not castable_result(arr.type, self.spec.return_type):
+                    raise UdfError(
+                        f"function {self.spec.name!r} in {self.sql} returned {arr.type} "
+                        f"values, not {self.spec.return_type}; register it with "
+                        f"return_type=pa.{arr.type}() (a function registered without "
+                        "return_type is a predicate returning booleans)"
+                    )
                 arr = arr.cast(self.spec.return_type)
         except (pa.ArrowException, TypeError, ValueError, OverflowError) as exc:
             raise UdfError(

@@ -22,7 +22,11 @@ from eddies.router.udf_calls import UdfStats
 
 @dataclass
 class ModuleStats:
-    """Counters of one destination (or scan AM). busy_seconds: wall time spent in process."""
+    """Counters of one destination (or scan AM). busy_seconds: wall time spent in process.
+
+    For a scan AM over files: fragments (files) and Parquet row groups it read, and those
+    its pushed-down filter skipped (partition pruning, row-group statistics).
+    """
 
     name: str
     kind: str
@@ -30,6 +34,10 @@ class ModuleStats:
     tuples_out: int = 0
     batches_in: int = 0
     busy_seconds: float = 0.0
+    fragments: int = 0
+    fragments_skipped: int = 0
+    row_groups: int = 0
+    row_groups_skipped: int = 0
 
 
 @dataclass
@@ -85,6 +93,9 @@ class RunStats:
     # Per table: singletons not stored in its SteM because no later tuple could need them
     # (the relaxed BuildFirst chosen at run time, see eddies.modules.stem.BuildLedger).
     build_skipped: dict[str, int] = field(default_factory=dict)
+    # A streaming aggregate's state (eddies.engine.incremental.AggregateStats: live and
+    # evicted groups, late rows, the watermark); None for other queries.
+    streaming_aggregate: Any = None
     _time: array.array = field(default_factory=lambda: array.array("d"))
     _span: array.array = field(default_factory=lambda: array.array("q"))
     _done: array.array = field(default_factory=lambda: array.array("q"))
@@ -204,6 +215,8 @@ class RunStats:
                     f"  {f.name}: {f.calls} calls, {f.cache_hits} cache hits, {f.retries} "
                     f"retries, {f.call_seconds:.3f} s in calls, {f.waited_seconds:.3f} s waited"
                 )
+        if self.streaming_aggregate is not None:
+            lines += ["", str(self.streaming_aggregate)]
         if self.failures:
             lines += ["", "access methods that failed (the eddy failed over):"]
             lines += [f"  {error}" for error in self.failures]

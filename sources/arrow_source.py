@@ -1,9 +1,14 @@
 """Table sources: what ``Catalog.add_table`` accepts, normalized for scan AMs.
 
-Accepted data: a pyarrow Table, a pyarrow RecordBatchReader (read once, as a stream), a
-pandas DataFrame, or a path to a Parquet or CSV file (read in batches at query time, in a
-worker thread). Anything else, or a file that cannot be read, raises DataSourceError
-naming the table. ``rate`` (rows/second) and ``delay`` (seconds before the first batch)
+Accepted data: a pyarrow Table, a pandas DataFrame, a Polars DataFrame (zero-copy to
+Arrow), a DuckDB relation (run again by each scan), any other object with
+``__arrow_c_stream__`` (a pyarrow RecordBatchReader, another library's Arrow stream:
+one-shot streams, scanned once), a ``pyarrow.dataset.Dataset``, or a path: a Parquet or CSV file, a
+directory of them or a glob, hive partitions included (see
+:mod:`eddies.sources.dataset_source`; read lazily, batch by batch, at query time in a worker
+thread, with the query's projection and pushed-down filter). Anything else, or a file that
+cannot be read, raises DataSourceError naming the table and the path. ``rate``
+(rows/second) and ``delay`` (seconds before the first batch)
 shape delivery for experiments on slow or bursty sources.
 """
 
@@ -11,25 +16,23 @@ from __future__ import annotations
 
 import math
 import os
-import pathlib
 from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
 from numbers import Integral, Real
 from typing import Any
 
 import pyarrow as pa
-import pyarrow.csv as pacsv
-import pyarrow.parquet as pq
+import pyarrow.dataset as ds
 
 from eddies.engine.errors import DataSourceError
+from eddies.sources.dataset_source import CSV_CONVERT, open_path, scan_batches
 from eddies.sources.table_store import TableStore
 
 #: Longest wait (seconds) a 429's ``Retry-After`` may impose on one retry (a scan page or a
 #: lookup): a query would rather fail than stall for minutes behind a throttled server.
 RETRY_AFTER_CAP = 5.0
 
-#: Empty CSV fields are NULL in every column, as in DuckDB's read_csv.
-CSV_CONVERT = pacsv.ConvertOptions(strings_can_be_null=True)
+__all__ = ["CSV_CONVERT", "TableSource", "conform", "make_source", "plain_schema"]
 
 
 class Throttled(DataSourceError):
@@ -48,16 +51,21 @@ class Throttled(DataSourceError):
 class TableSource:
     """One catalog table: its schema and how to read its rows.
 
-    table: all rows, for in-memory data; otherwise ``open_batches`` yields RecordBatches,
-    or, for an asynchronous source (a paged web scan), ``pages()`` is an async iterator of
-    Tables or RecordBatches. access_name: the scan AM's name (set by the catalog).
+    table: all rows, for in-memory data; otherwise ``open_batches`` yields RecordBatches
+    (from ``dataset``, files read lazily; ``reader``, a one-shot stream; or ``stream_of``,
+    an object whose ``__arrow_c_stream__`` is called again by each scan), or, for an
+    asynchronous source (a paged web scan), ``pages()`` is an async iterator of Tables or
+    RecordBatches. path: what a file-backed table was registered from (for plans and
+    errors). access_name: the scan AM's name (set by the catalog).
     """
 
     name: str
     schema: pa.Schema
     table: pa.Table | None = None
-    path: pathlib.Path | None = None
+    path: str | None = None
+    dataset: ds.Dataset | None = None
     reader: pa.RecordBatchReader | None = None
+    stream_of: Any = None
     batch_size: int | None = None
     rate: float | None = None
     delay: float = 0.0
@@ -75,35 +83,85 @@ class TableSource:
             return TableStore.preloaded(self.name, self.table)
         return TableStore(self.name, self.schema)
 
-    def open_batches(self, batch_size: int) -> Iterator[pa.RecordBatch]:
-        """Batches of at most ``batch_size`` rows (blocking I/O: call from a thread)."""
+    @property
+    def prunable(self) -> bool:
+        """Whether a scan can read only some columns and push a filter (a dataset)."""
+        return self.dataset is not None
+
+    def open_batches(
+        self,
+        batch_size: int,
+        columns: list[str] | None = None,
+        filter: Any = None,
+        counts: Any = None,
+    ) -> Iterator[pa.RecordBatch]:
+        """Batches of at most ``batch_size`` rows in :attr:`schema` (blocking I/O: call from
+        a thread). For a dataset, ``columns`` are the only ones read (the others come as
+        NULLs, never looked at by the query) and ``filter`` is pushed into the scan (see
+        :func:`eddies.sources.dataset_source.scan_batches`; ``counts`` gets what was
+        skipped); other sources ignore both. Raises DataSourceError for a one-shot stream
+        scanned twice."""
         if self.table is not None:
             batches: Iterator[pa.RecordBatch] = iter(self.table.to_batches(batch_size))
+        elif self.dataset is not None:
+            batches = self._dataset_batches(batch_size, columns, filter, counts)
+        elif self.stream_of is not None:
+            batches = iter(pa.RecordBatchReader.from_stream(self.stream_of))
         elif self.reader is not None:
             reader, self.reader = self.reader, None
-            if reader is None:
-                raise DataSourceError(f"table {self.name!r}: its RecordBatchReader was used up")
             batches = iter(reader)
-        elif self.path is not None and _is_parquet(self.path):
-            batches = pq.ParquetFile(self.path).iter_batches(batch_size=batch_size)
-        elif self.path is not None:
-            batches = iter(pacsv.open_csv(self.path, convert_options=CSV_CONVERT))
         else:
-            raise DataSourceError(f"table {self.name!r}: a RecordBatchReader can be scanned once")
+            raise DataSourceError(
+                f"table {self.name!r}: its stream (a RecordBatchReader or another one-shot "
+                "Arrow stream) was used up by an earlier scan; a one-shot stream can be "
+                "scanned once (pass pa.table(stream) to query it again)"
+            )
         for batch in batches:
             batch = self.plain(batch)
             for start in range(0, batch.num_rows, batch_size):
                 yield batch.slice(start, batch_size)
 
+    def _dataset_batches(
+        self, batch_size: int, columns: list[str] | None, filter: Any, counts: Any
+    ) -> Iterator[pa.RecordBatch]:
+        assert self.dataset is not None
+        wanted = None if columns is None else [c for c in self.schema.names if c in columns]
+        try:
+            for batch in scan_batches(self.dataset, batch_size, wanted, filter, counts):
+                if wanted is not None and len(wanted) < len(self.schema):
+                    batch = _fill_unread(batch, self.schema)
+                yield batch
+        except (pa.ArrowInvalid, OSError) as exc:
+            where = self.path or "its dataset"
+            raise DataSourceError(f"table {self.name!r}: reading {where!r} failed: {exc}") from exc
+
+
+def _fill_unread(batch: pa.RecordBatch, schema: pa.Schema) -> pa.RecordBatch:
+    """``batch`` (some columns of ``schema``, in the dataset's own types) with every column
+    of ``schema``: the unread ones all NULL (the query never looks at them)."""
+    n = batch.num_rows
+    present = set(batch.schema.names)
+    fields = [batch.schema.field(f.name) if f.name in present else f for f in schema]
+    arrays = [batch.column(f.name) if f.name in present else pa.nulls(n, f.type) for f in schema]
+    return pa.RecordBatch.from_arrays(arrays, schema=pa.schema(fields))
+
 
 def plain_schema(schema: pa.Schema) -> pa.Schema:
     """``schema`` with dictionary-encoded columns (pandas categoricals, Parquet
-    dictionaries) as their value type: Arrow kernels such as LIKE and the join-key
-    encodings work on plain arrays, and a dictionary column must join a plain one."""
-    return pa.schema(
-        [f.with_type(f.type.value_type) if pa.types.is_dictionary(f.type) else f for f in schema],
-        metadata=schema.metadata,
-    )
+    dictionaries) as their value type and view types (Polars' strings) as plain ones:
+    Arrow kernels such as LIKE and the join-key encodings work on plain arrays, and a
+    dictionary column must join a plain one."""
+    return pa.schema([_plain_field(f) for f in schema], metadata=schema.metadata)
+
+
+def _plain_field(f: pa.Field) -> pa.Field:
+    if pa.types.is_dictionary(f.type):
+        return _plain_field(f.with_type(f.type.value_type))
+    if pa.types.is_string_view(f.type):
+        return f.with_type(pa.string())
+    if pa.types.is_binary_view(f.type):
+        return f.with_type(pa.binary())
+    return f
 
 
 def conform(data: Any, schema: pa.Schema, where: str, *, rows_ok: bool = False) -> pa.Table:
@@ -167,10 +225,6 @@ def _plain_table(table: pa.Table) -> pa.Table:
     return table if schema == table.schema else table.cast(schema)
 
 
-def _is_parquet(path: pathlib.Path) -> bool:
-    return path.suffix.lower() in (".parquet", ".pq")
-
-
 def _number(value: Any) -> bool:
     """A finite real number that is not a bool."""
     return isinstance(value, Real) and not isinstance(value, bool) and math.isfinite(value)
@@ -212,32 +266,39 @@ def make_source(
         table = _plain_table(table)
         return TableSource(name, table.schema, table=table, **options)
     if isinstance(data, str | os.PathLike):
-        path = pathlib.Path(data)
-        if not path.is_file():
-            raise DataSourceError(f"table {name!r}: no such file {str(path)!r}")
-        try:
-            if _is_parquet(path):
-                schema = pq.read_schema(path)
-            elif path.suffix.lower() in (".csv", ".tsv", ".txt"):
-                with pacsv.open_csv(path, convert_options=CSV_CONVERT) as reader:
-                    schema = reader.schema
-            else:
-                raise DataSourceError(
-                    f"table {name!r}: cannot tell the format of {str(path)!r}; "
-                    "use a .parquet or .csv file"
-                )
-            schema.names  # noqa: B018 - decodes the header: pyarrow does not check it
-        except (pa.ArrowInvalid, OSError) as exc:
-            raise DataSourceError(f"table {name!r}: cannot read {str(path)!r}: {exc}") from exc
-        except UnicodeDecodeError as exc:
-            raise DataSourceError(
-                f"table {name!r}: the column names of {str(path)!r} are not UTF-8 text ({exc})"
-            ) from exc
-        return TableSource(name, plain_schema(schema), path=path, **options)
+        dataset = open_path(data, f"table {name!r}")
+        return TableSource(
+            name, plain_schema(dataset.schema), path=os.fspath(data), dataset=dataset, **options
+        )
+    if isinstance(data, ds.Dataset):
+        return TableSource(name, plain_schema(data.schema), dataset=data, **options)
+    if hasattr(data, "__arrow_c_stream__"):
+        return _stream_source(name, data, options)
     raise DataSourceError(
         f"table {name!r}: unsupported data of type {type(data).__name__}; pass a pyarrow "
-        "Table or RecordBatchReader, a pandas DataFrame, or a Parquet/CSV path"
+        "Table, RecordBatchReader or Dataset, a pandas or Polars DataFrame, a DuckDB "
+        "relation, an object with __arrow_c_stream__, or a path to Parquet/CSV files (a "
+        "file, a directory or a glob)"
     )
+
+
+def _stream_source(name: str, data: Any, options: dict[str, Any]) -> TableSource:
+    """A source over an Arrow C stream (the PyCapsule protocol): a Polars DataFrame is
+    taken whole (it is in memory; zero-copy), a DuckDB relation is run again by each scan
+    (lazy, rescannable), anything else is one stream, scanned once."""
+    where = f"table {name!r}"
+    module = type(data).__module__.split(".")[0].lstrip("_")
+    try:
+        if module == "polars":
+            return make_source(name, pa.table(data), **options)
+        reader = pa.RecordBatchReader.from_stream(data)
+    except (pa.ArrowException, TypeError, ValueError) as exc:
+        raise DataSourceError(f"{where}: cannot read its Arrow stream: {exc}") from exc
+    if module == "duckdb" and type(data).__name__ == "DuckDBPyRelation":
+        schema = reader.schema
+        reader.close()  # each scan runs the relation again
+        return TableSource(name, plain_schema(schema), stream_of=data, **options)
+    return TableSource(name, plain_schema(reader.schema), reader=reader, **options)
 
 
 def _is_pandas(data: Any) -> bool:

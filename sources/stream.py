@@ -51,6 +51,9 @@ class StreamTable:
         self.waiting = False
         self.drained = False  # the scan AM has read the end of the stream
         self.on_wait: Callable[[], None] | None = None
+        # Called with each batch the scan AM takes, before the eddy sees it (set by the
+        # running query: a streaming aggregate's watermark tracks the event times here).
+        self.on_take: Callable[[pa.RecordBatch], None] | None = None
 
     @property
     def claimed(self) -> bool:
@@ -81,6 +84,8 @@ class StreamTable:
                         return
                     finally:
                         self.waiting = False
+                    if self.on_take is not None:
+                        self.on_take(batch)
                     yield batch
         finally:
             self.waiting = False

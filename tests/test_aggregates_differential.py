@@ -181,3 +181,20 @@ def test_aggregate_type_errors(sql):
         duckdb_table(sql, {"t": EDGE})
     with pytest.raises(EddiesError):
         execute(sql, make_catalog({"t": EDGE}))
+
+
+NANOS = pa.table(
+    {
+        "g": [1, 1, 2, None],
+        "ns": pa.array([1_000_000_001, 2_000_000_003, None, 5], pa.timestamp("ns")),
+    }
+)
+
+
+@pytest.mark.parametrize(
+    "sql",
+    ["SELECT max(ns), min(ns) FROM t", "SELECT g, max(ns), min(ns) FROM t GROUP BY g"],
+)
+def test_min_max_keep_nanoseconds(sql):
+    # A global aggregate went through Python datetimes, which cut nanoseconds off.
+    assert_same_bag(execute(sql, make_catalog({"t": NANOS})), sql, {"t": NANOS})

@@ -12,6 +12,7 @@ import math
 import numpy as np
 import pandas as pd
 import pyarrow as pa
+import pyarrow.compute as pc
 import pytest
 import trio
 
@@ -291,3 +292,31 @@ def test_a_kernel_that_changes_the_row_count_fails_loudly():
     shortened = Call(lambda v: v.slice(1), [ColumnRef("x", "x")], "drop_first(x)")
     with pytest.raises(ExpressionError, match=r"drop_first\(x\) gave 2 values for 3 rows"):
         evaluate(shortened, {"x": pa.array([1, 2, 3])}, 3)
+
+
+@pytest.mark.parametrize(
+    ("fn", "return_type", "vectorized"),
+    [
+        (lambda x: pc.multiply(x, 2), None, True),  # ints where booleans were declared
+        (lambda x: x * 2, None, False),
+        (lambda x: str(x), pa.int64(), False),  # strings for an int64
+        (lambda x: pc.cast(x, pa.string()), pa.timestamp("us"), True),
+    ],
+)
+def test_udf_result_of_another_kind_is_an_error_not_a_cast(fn, return_type, vectorized):
+    # A cast across kinds (2 -> true, 7 -> '7') was a silent wrong answer.
+    cat = Catalog()
+    cat.add_table("t", pa.table({"x": [1, 2, 3]}))
+    cat.add_function("f", fn, vectorized=vectorized, return_type=return_type)
+    with pytest.raises(UdfError, match=r"'f'.*register it with return_type"):
+        execute("SELECT f(x) FROM t", cat)
+
+
+def test_udf_result_within_its_kind_is_cast():
+    cat = Catalog()
+    cat.add_table("t", pa.table({"x": [1, 2, None]}))
+    cat.add_function("f", lambda x: pc.multiply(x, 2), return_type=pa.float64())
+    cat.add_function("g", lambda x: None, vectorized=False, return_type=pa.int64())
+    out = execute("SELECT f(x) AS a, g(x) AS b FROM t", cat)
+    assert out.column("a").to_pylist() == [2.0, 4.0, None]
+    assert out.column("b").to_pylist() == [None, None, None]

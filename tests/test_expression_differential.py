@@ -298,6 +298,9 @@ U = pa.table({"j": pa.array([D("2.00"), D("2.50"), D("3.00"), None], pa.decimal1
         "SELECT s FROM t WHERE s NOT LIKE 'a!%c' ESCAPE '!'",
         "SELECT s || 'z', c || 'z', s || c, s || i FROM t",
         "SELECT i, j FROM t JOIN u ON t.i = u.j",
+        # NaN compares above every number, but a NULL operand keeps the result NULL
+        "SELECT f, f <= 'NaN'::DOUBLE, 'NaN'::DOUBLE >= f, f >= 'NaN'::DOUBLE FROM t",
+        "SELECT i FROM t WHERE f <= 'NaN'::DOUBLE",
     ],
 )
 def test_item2_semantics_match_duckdb(sql):

@@ -126,11 +126,18 @@ def test_debug_mode_catches_a_steM_that_breaks_the_timestamp_rule(monkeypatch):
         return [TupleBatch(sig, rows, batch.ts[probe_idx])] if len(pos) else []
 
     monkeypatch.setattr(SteM, "probe", no_timestamp_rule)
-    # Through the modules' queues, with a task schedule (seed) where an s tuple probes r's
-    # SteM while newer r tuples are built: visited inline, returned tuples go first, so
-    # here every batch probes before any newer tuple is built.
-    with pytest.raises(ConstraintViolation, match="TimeStamp"):
-        execute(sql, cat, debug=True, batch_size=2, inline_visits=False, seed=3)
+    # A broken probe shows only when a prober meets a tuple built after it. Visited
+    # inline, returned tuples go first, so every batch probes before any newer tuple is
+    # built: go through the modules' queues, where it depends on the task schedule the
+    # seed gives; count the seeds whose run debug mode stopped, out of ten fixed ones.
+    caught = 0
+    for seed in range(10):
+        try:
+            execute(sql, cat, debug=True, batch_size=2, inline_visits=False, seed=seed)
+        except ConstraintViolation as violation:
+            assert "TimeStamp" in str(violation)
+            caught += 1
+    assert caught > 0
 
 
 def _entry(*dests: int) -> RouteEntry:

@@ -25,7 +25,7 @@ if shutil.which("java") is None:  # pragma: no cover - environment
 import trio
 
 from eddies.engine import Catalog
-from eddies.engine.sinks import ParquetSink, SparkSink
+from eddies.engine.sinks import CallbackSink, ParquetSink, SparkSink
 from eddies.engine.spark import attach, feed_stream
 from eddies.engine.streaming import BackgroundQuery
 
@@ -187,3 +187,47 @@ def test_a_batch_spark_replays_after_a_failure_changes_nothing(spark, tmp_path):
         "events-batch-000000.parquet",
         "events-batch-000001.parquet",
     ]
+
+
+def test_attach_in_update_mode_answers_a_group_by_at_every_micro_batch(spark, tmp_path):
+    """GROUP BY over a stream with output_mode="update": every micro-batch's increment holds
+    the groups it changed, with their running values; applied as upserts in order, the
+    increments give DuckDB's result over all the files."""
+    _files(tmp_path / "in", EVENTS, parts=5)
+    cat = Catalog()
+    cat.add_table("dim", DIM)
+    increments: list[tuple] = []
+    sql = (
+        "SELECT d.name, count(*) AS n, sum(e.v) AS s, max(e.v) AS top "
+        "FROM events e JOIN dim d ON e.k = d.k GROUP BY d.name"
+    )
+    attachment = attach(
+        sql,
+        cat,
+        {
+            "events": spark.readStream.schema("k long, v long")
+            .option("maxFilesPerTrigger", 1)
+            .parquet(str(tmp_path / "in"))
+        },
+        checkpoint_location=tmp_path / "checkpoint",
+        trigger={"availableNow": True},
+        sink=CallbackSink(lambda table, tag: increments.append((tag, table))),
+        output_mode="update",
+    )
+    attachment.await_termination(120)
+    assert len(attachment.micro_batches) == 5
+    assert [tag for tag, _ in increments] == [
+        ("events", m.batch_id) for m in attachment.micro_batches
+    ] + ["final"]
+    assert all(t.num_rows for _, t in increments[:-1])  # every file touches some group
+    latest: dict[str, dict] = {}
+    for _, table in increments:
+        rows = table.to_pylist()
+        assert len({r["name"] for r in rows}) == len(rows)  # a group at most once
+        for row in rows:  # running values only grow
+            before = latest.get(row["name"])
+            assert before is None or (row["n"] > before["n"] and row["top"] >= before["top"])
+            latest[row["name"]] = row
+    upserted = pa.Table.from_pylist(list(latest.values()), increments[0][1].schema)
+    assert_same_bag(upserted, sql, {"events": EVENTS, "dim": DIM})
+    assert attachment.stats.streaming_aggregate.commits == 5

@@ -1,0 +1,274 @@
+"""File inputs as ``pyarrow.dataset`` Datasets: one file, a directory, a glob, hive partitions.
+
+A file-backed table is opened here once, at registration, reading only metadata (Parquet
+footers, a CSV's first block); its rows are read at query time by :func:`scan_batches`,
+fragment by fragment and batch by batch, with the query's column projection and, where a
+selection allows, a filter pushed into the scan AM (stems-2003 §2.1.3: an AM may apply a
+selection it can evaluate on its own). Partition pruning skips whole files, Parquet
+row-group statistics skip row groups; both are counted.
+
+Hive partitions (``year=2024/month=1/...``) become columns typed as DuckDB's
+``hive_partitioning`` types them: DATE, then TIMESTAMP, then BIGINT when every value of
+the key is one (written the way DuckDB would print it), else VARCHAR;
+``__HIVE_DEFAULT_PARTITION__`` is NULL; values are %-decoded; partition columns follow the
+file columns, sorted by name.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import glob as globmod
+import os
+import pathlib
+import re
+import urllib.parse
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.csv as pacsv
+import pyarrow.dataset as ds
+import pyarrow.parquet as pq
+
+from eddies.engine.errors import DataSourceError
+
+#: Empty CSV fields are NULL in every column, as in DuckDB's read_csv.
+CSV_CONVERT = pacsv.ConvertOptions(strings_can_be_null=True)
+
+#: Suffixes read as Parquet and as CSV.
+PARQUET_SUFFIXES = (".parquet", ".pq")
+CSV_SUFFIXES = (".csv", ".tsv", ".txt")
+
+#: The partition value DuckDB (and Hive) write for NULL.
+HIVE_NULL = "__HIVE_DEFAULT_PARTITION__"
+
+_GLOB_CHARS = re.compile(r"[*?\[]")
+_PART = re.compile(r"^([^=/]+)=([^/]*)$")
+
+
+@dataclass
+class ScanCounts:
+    """What one scan read and skipped: files (fragments) and Parquet row groups."""
+
+    fragments: int = 0
+    fragments_skipped: int = 0
+    row_groups: int = 0
+    row_groups_skipped: int = 0
+
+
+def is_glob(text: str) -> bool:
+    """Whether ``text`` has glob characters (``*``, ``?``, ``[``)."""
+    return bool(_GLOB_CHARS.search(text))
+
+
+def file_format(path: str, where: str) -> str:
+    """``"parquet"`` or ``"csv"`` by the file name's suffix; DataSourceError otherwise."""
+    suffix = pathlib.PurePath(path).suffix.lower()
+    if suffix in PARQUET_SUFFIXES:
+        return "parquet"
+    if suffix in CSV_SUFFIXES:
+        return "csv"
+    raise DataSourceError(
+        f"{where}: cannot tell the format of {path!r}; use .parquet or .csv files"
+    )
+
+
+def list_files(spec: str, where: str) -> tuple[list[str], str]:
+    """The data files ``spec`` names (a file, a directory read recursively, or a glob with
+    ``**``), sorted, and the base directory hive partitions are read below.
+
+    Hidden files and files starting with ``_`` (``_SUCCESS``, ``_metadata``) are skipped
+    in a directory, as pyarrow and Spark do. Raises DataSourceError naming ``spec`` when
+    nothing matches or the path does not exist.
+    """
+    path = pathlib.Path(spec).expanduser()
+    if is_glob(spec):
+        files = sorted(f for f in globmod.glob(str(path), recursive=True) if os.path.isfile(f))
+        if not files:
+            raise DataSourceError(f"{where}: the glob {spec!r} matches no file")
+        prefix = str(path)[: _GLOB_CHARS.search(str(path)).start()]
+        base = prefix if prefix.endswith(os.sep) else os.path.dirname(prefix)
+        return files, base or "."
+    if path.is_dir():
+        files = sorted(
+            str(f)
+            for f in path.rglob("*")
+            if f.is_file() and not any(p.startswith((".", "_")) for p in f.relative_to(path).parts)
+        )
+        if not files:
+            raise DataSourceError(f"{where}: the directory {spec!r} holds no data file")
+        return files, str(path)
+    if path.is_file():
+        return [str(path)], str(path.parent)
+    raise DataSourceError(f"{where}: no such file or directory {spec!r}")
+
+
+def _partition_values(files: list[str], base: str, where: str) -> dict[str, list[str | None]]:
+    """Per hive key, its value in each file (None: NULL); keys must agree across files."""
+    keys: list[str] | None = None
+    values: dict[str, list[str | None]] = {}
+    for f in files:
+        rel = os.path.relpath(os.path.dirname(f) or ".", base)
+        parts = [_PART.match(p) for p in pathlib.PurePath(rel).parts if p not in (".", "")]
+        found = {m.group(1): m.group(2) for m in parts if m is not None}
+        if keys is None:
+            keys = list(found)
+        elif sorted(found) != sorted(keys):
+            raise DataSourceError(
+                f"{where}: mixed hive partitioning: {f!r} has partition keys "
+                f"{sorted(found)}, {files[0]!r} has {sorted(keys)}"
+            )
+        for key, raw in found.items():
+            text = urllib.parse.unquote(raw)
+            values.setdefault(key, []).append(None if text == HIVE_NULL else text)
+    return values
+
+
+def _is_date(text: str) -> bool:
+    try:
+        return dt.date.fromisoformat(text).isoformat() == text and len(text) == 10
+    except ValueError:
+        return False
+
+
+def _is_timestamp(text: str) -> bool:
+    try:
+        stamp = dt.datetime.strptime(text, "%Y-%m-%d %H:%M:%S")
+    except ValueError:
+        return False
+    return stamp.strftime("%Y-%m-%d %H:%M:%S") == text
+
+
+def _is_bigint(text: str) -> bool:
+    return bool(re.fullmatch(r"-?(0|[1-9][0-9]*)", text)) and -(2**63) <= int(text) < 2**63
+
+
+def hive_type(values: list[str | None]) -> pa.DataType:
+    """The type DuckDB's ``hive_partitioning`` gives a key with these values (None: NULL):
+    DATE, TIMESTAMP, BIGINT if every non-NULL value is one, else VARCHAR."""
+    present = [v for v in values if v is not None]
+    if not present:
+        return pa.string()
+    for test, type_ in (
+        (_is_date, pa.date32()),
+        (_is_timestamp, pa.timestamp("us")),
+        (_is_bigint, pa.int64()),
+    ):
+        if all(test(v) for v in present):
+            return type_
+    return pa.string()
+
+
+def _check_schemas(files: list[str], fmt: str, where: str) -> pa.Schema:
+    """The files' common schema (every Parquet footer read; a CSV's header and first
+    block); DataSourceError naming the first file that differs or cannot be read."""
+    first: pa.Schema | None = None
+    for f in files:
+        try:
+            if fmt == "parquet":
+                schema = pq.read_schema(f)
+            else:
+                with pacsv.open_csv(f, convert_options=CSV_CONVERT) as reader:
+                    schema = reader.schema
+            schema.names  # noqa: B018 - decodes the names: pyarrow does not check them
+        except (pa.ArrowInvalid, OSError) as exc:
+            raise DataSourceError(f"{where}: cannot read {f!r}: {exc}") from exc
+        except UnicodeDecodeError as exc:
+            raise DataSourceError(
+                f"{where}: the column names of {f!r} are not UTF-8 text ({exc})"
+            ) from exc
+        schema = schema.remove_metadata()
+        if first is None:
+            first = schema
+        elif schema.names != first.names or schema.types != first.types:  # nullability aside
+            raise DataSourceError(
+                f"{where}: incompatible schemas: {f!r} has ({_fields(schema)}) but "
+                f"{files[0]!r} has ({_fields(first)})"
+            )
+    assert first is not None
+    return first
+
+
+def _fields(schema: pa.Schema) -> str:
+    return ", ".join(f"{f.name} {f.type}" for f in schema)
+
+
+def open_path(spec: str | os.PathLike, where: str) -> ds.Dataset:
+    """A Dataset over the files ``spec`` names (see :func:`list_files`), hive partitions
+    typed as DuckDB types them. Reads metadata only. Raises DataSourceError naming the
+    path: nothing matches, a file of unknown format, formats or schemas that differ,
+    mixed partitioning, an unreadable file."""
+    text = os.fspath(spec)
+    files, base = list_files(text, where)
+    formats = {file_format(f, where) for f in files}
+    if len(formats) > 1:
+        raise DataSourceError(f"{where}: {text!r} mixes Parquet and CSV files")
+    (fmt,) = formats
+    file_schema = _check_schemas(files, fmt, where)
+    partitions = _partition_values(files, base, where)
+    clash = [k for k in partitions if k in file_schema.names]
+    if clash:
+        raise DataSourceError(
+            f"{where}: hive partition key {clash[0]!r} is also a column of the files of {text!r}"
+        )
+    fields = [pa.field(k, hive_type(partitions[k])) for k in sorted(partitions)]
+    partitioning = ds.partitioning(pa.schema(fields), flavor="hive") if fields else None
+    if fmt == "parquet":
+        file_format_: ds.FileFormat = ds.ParquetFileFormat()
+    else:
+        file_format_ = ds.CsvFileFormat(convert_options=CSV_CONVERT)
+    try:
+        return ds.dataset(
+            files,
+            schema=pa.schema(list(file_schema) + fields),
+            format=file_format_,
+            partitioning=partitioning,
+            partition_base_dir=base,
+        )
+    except (pa.ArrowInvalid, OSError) as exc:
+        raise DataSourceError(f"{where}: cannot read {text!r}: {exc}") from exc
+
+
+def scan_batches(
+    dataset: ds.Dataset,
+    batch_size: int,
+    columns: list[str] | None = None,
+    filter: Any = None,
+    counts: Any = None,
+) -> Iterator[pa.RecordBatch]:
+    """RecordBatches of ``dataset`` (blocking I/O: call from a worker thread).
+
+    columns: the columns to read (None: all); filter: a ``pyarrow.compute.Expression``
+    rows must satisfy (files whose partition values refute it, and Parquet row groups
+    whose statistics do, are skipped and counted in ``counts``, an object with the
+    fields of :class:`ScanCounts`). The caller keeps the filter exact: a row it removes
+    must be one the query's selection removes (see eddies.engine.pushdown).
+    """
+    fragments = list(dataset.get_fragments()) if filter is not None else None
+    kept = dataset.get_fragments(filter=filter) if filter is not None else dataset.get_fragments()
+    kept = list(kept)
+    if counts is not None:
+        counts.fragments += len(kept)
+        if fragments is not None:
+            counts.fragments_skipped += len(fragments) - len(kept)
+    for fragment in kept:
+        if filter is not None and isinstance(fragment, ds.ParquetFileFragment):
+            groups = fragment.num_row_groups
+            fragment = fragment.subset(filter=filter, schema=dataset.schema)
+            if counts is not None:
+                counts.row_groups += groups
+                counts.row_groups_skipped += groups - fragment.num_row_groups
+            if not fragment.num_row_groups:
+                continue
+        elif isinstance(fragment, ds.ParquetFileFragment) and counts is not None:
+            counts.row_groups += fragment.num_row_groups
+        scanner = ds.Scanner.from_fragment(
+            fragment,
+            schema=dataset.schema,
+            columns=columns,
+            filter=filter,
+            batch_size=batch_size,
+            use_threads=False,  # one scan AM is one reader; the eddy runs beside it
+        )
+        yield from scanner.to_batches()
