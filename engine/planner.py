@@ -29,6 +29,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from sqlglot import exp
 
+from eddies.engine import join_steps
 from eddies.engine.catalog import Catalog, CatalogTable
 from eddies.engine.compile import compile_expr
 from eddies.engine.errors import (
@@ -232,12 +233,34 @@ def plan_query(sql: str, catalog: Catalog) -> Plan:
     # This query's own copies: its calls of each function share one limit, cache and stats.
     udf_stats: dict[str, UdfStats] = {}
     functions = {name: f.for_query(udf_stats) for name, f in catalog.functions.items()}
-    scope = BaseScope(aliases, [sources[a.table].schema for a in aliases], functions)
-    types = scope.types()
+    scope = BaseScope(list(aliases), [sources[a.table].schema for a in aliases], functions)
+    n_from = len(aliases)
+    refs = join_steps.subquery_refs(block, {a.name for a in aliases})
+    join_steps.subquery_aliases(refs, aliases, catalog, sources)
+    types = BaseScope(aliases, [sources[a.table].schema for a in aliases], functions).types()
     _plan_joins(block, scope)
 
+    m, region, delayed, steps = join_steps.plan_steps(
+        block,
+        scope,
+        types,
+        aliases,
+        refs,
+        {a.index: sources[a.table].schema for a in aliases[n_from:]},
+    )
+    block.conjuncts = region
     predicates = _plan_predicates(block, scope, types)
+    steps = join_steps.add_step_predicates(predicates, delayed, steps, types)
+    if len(predicates) > MAX_PREDICATES:
+        raise UnsupportedQueryError(
+            f"the query has {len(predicates)} predicates and join steps; at most "
+            f"{MAX_PREDICATES} are supported (Done bits are a 63-bit mask)"
+        )
+    join_steps.check_tables(steps, aliases, sources)
     graph = QueryGraph(aliases, predicates, access=_access_methods(sources))
+    if steps:
+        graph.steps = steps
+        graph.region = (1 << m) - 1
     _check_bindings(graph, block)
     if len(aliases) > 1:
         graph.unbuilt = _unbuilt_tables(graph, sources)
@@ -547,10 +570,27 @@ def _destinations(graph: QueryGraph) -> list[Destination]:
             )
         )
     for p in graph.predicates:
-        dests.append(Destination(len(dests), p.name, DestinationKind.SM, p.name, predicate=p.index))
+        if not p.step:
+            dests.append(
+                Destination(len(dests), p.name, DestinationKind.SM, p.name, predicate=p.index)
+            )
+    for step in graph.steps:
+        a = graph.aliases[step.alias]
+        dests.append(
+            Destination(
+                len(dests),
+                f"step:{a.name}",
+                DestinationKind.STEP,
+                f"step:{a.name}",
+                table=a.table,
+                target_alias=a.index,
+                predicate=step.predicate,
+            )
+        )
+    region = graph.region_mask
     if graph.stem_tables:
         for a in graph.aliases:
-            if a.table not in graph.stem_tables:
+            if a.table not in graph.stem_tables or not region >> a.index & 1:
                 continue
             dests.append(
                 Destination(
@@ -563,6 +603,8 @@ def _destinations(graph: QueryGraph) -> list[Destination]:
                 )
             )
         for a in graph.aliases:
+            if not region >> a.index & 1:
+                continue
             for am in graph.indexes_of(a.table):
                 dests.append(
                     Destination(

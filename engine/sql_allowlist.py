@@ -33,7 +33,7 @@ ALLOWED: dict[type[exp.Expression], frozenset[str]] = {
         | {"offset", "distinct"}
     ),
     exp.From: _UNARY,
-    exp.Join: frozenset({"this", "on", "using", "kind", "method"}),
+    exp.Join: frozenset({"this", "on", "using", "kind", "method", "side"}),  # side: outer joins
     exp.Table: frozenset({"this", "alias"}),
     exp.TableAlias: _UNARY,
     exp.Where: _UNARY,
@@ -72,7 +72,9 @@ ALLOWED: dict[type[exp.Expression], frozenset[str]] = {
     exp.Or: _BINARY,
     exp.DPipe: frozenset({"this", "expression", "safe"}),  # safe: DuckDB's NULL-propagating ||
     exp.Between: frozenset({"this", "low", "high"}),
-    exp.In: frozenset({"this", "expressions"}),
+    exp.In: frozenset({"this", "expressions", "query"}),  # query: [NOT] IN (SELECT ...)
+    exp.Subquery: _UNARY,  # only as IN's query: sql.py refuses it elsewhere
+    exp.Exists: _UNARY,  # [NOT] EXISTS (SELECT ...) as a WHERE conjunct (sql.py)
     exp.Like: _NEGATABLE,
     exp.ILike: _NEGATABLE,
     exp.Escape: _BINARY,  # [NOT] [I]LIKE ... ESCAPE 'c': compile.py checks its operands
@@ -180,7 +182,7 @@ REQUIRED: dict[type[exp.Expression], frozenset[str]] = {
     exp.Paren: _UNARY,
     exp.Neg: _UNARY,
     exp.Not: _UNARY,
-    exp.In: frozenset({"this", "expressions"}),
+    exp.In: frozenset({"this"}),
     exp.Between: frozenset({"this", "low", "high"}),
     exp.Case: frozenset({"ifs"}),
     exp.If: frozenset({"this", "true"}),
@@ -195,7 +197,8 @@ REQUIRED: dict[type[exp.Expression], frozenset[str]] = {
 
 #: Arguments whose values are restricted (compared upper-case).
 VALUES: dict[tuple[type[exp.Expression], str], frozenset[str]] = {
-    (exp.Join, "kind"): frozenset({"INNER", "CROSS"}),
+    (exp.Join, "kind"): frozenset({"INNER", "CROSS", "OUTER"}),
+    (exp.Join, "side"): frozenset({"LEFT", "RIGHT", "FULL"}),
     (exp.Join, "method"): frozenset({"NATURAL"}),
 }
 
@@ -239,7 +242,6 @@ _ARG_NAMES: dict[tuple[type[exp.Expression], str], str] = {
     (exp.TableAlias, "columns"): "column aliases on a table (t AS x(a, b))",
     (exp.Column, "db"): "a column qualified by schema (schema.table.column)",
     (exp.Column, "catalog"): "a column qualified by catalog",
-    (exp.Join, "side"): "an outer join (LEFT / RIGHT / FULL)",
     (exp.Join, "match_condition"): "ASOF JOIN ... MATCH_CONDITION",
     (exp.Limit, "limit_options"): "LIMIT ... PERCENT / WITH TIES",
     (exp.Limit, "offset"): "LIMIT offset, count",
@@ -255,7 +257,6 @@ _ARG_NAMES: dict[tuple[type[exp.Expression], str], str] = {
     (exp.Star, "rename"): "* RENAME",
     (exp.Star, "ilike"): "* ILIKE",
     (exp.Between, "symmetric"): "BETWEEN SYMMETRIC",
-    (exp.In, "query"): "IN (subquery)",
     (exp.In, "unnest"): "IN UNNEST",
     (exp.Min, "count"): "min(x, n) (the n smallest values)",
     (exp.Max, "count"): "max(x, n) (the n largest values)",

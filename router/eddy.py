@@ -54,7 +54,7 @@ from eddies.router.messages import AccessFailed, Returned, SourceBatch, SourceDo
 from eddies.router.policies import HOLD, RoutingPolicy
 from eddies.router.routing_table import DestinationKind, RoutingTable
 from eddies.router.stats import RunStats
-from eddies.router.tuple_batch import TupleBatch
+from eddies.router.tuple_batch import Signature, TupleBatch
 
 log = structlog.get_logger("eddies.router")
 
@@ -153,6 +153,17 @@ class Eddy:
         self._lookups = {
             d.id for d in routing_table.destinations if d.kind is DestinationKind.LOOKUP
         }
+        # RIGHT / FULL JoinSteps, in step order: flushed one by one once the query is
+        # otherwise finished (see _flush_next).
+        graph = routing_table.graph
+        step_dest = {
+            d.target_alias: d.id
+            for d in routing_table.destinations
+            if d.kind is DestinationKind.STEP
+        }
+        self._flushes: deque[tuple[int, int]] = deque(
+            (step_dest[s.alias], s.prefix) for s in graph.steps if s.kind in ("right", "full")
+        )
         # Continuous queries: called whenever the eddy may have become idle, and when it
         # ends (see eddies.engine.commit_points); ``ended`` is then True.
         self.on_idle = on_idle
@@ -189,6 +200,9 @@ class Eddy:
                 elif self._fresh_count and not self._admission_blocked():
                     self._route(self._next_fresh())
                 elif self._finished():
+                    if self._flushes:
+                        self._flush_next()
+                        continue
                     break
                 else:
                     if self.on_idle is not None and self.idle():
@@ -274,6 +288,13 @@ class Eddy:
             self._accept(message)
 
     def _accept(self, message: Returned | SourceBatch | SourceDone | AccessFailed) -> None:
+        if isinstance(message, Returned) and message.work is not None and message.work.flush:
+            self._in_flight -= 1
+            self._retry = True
+            for b in message.outputs:
+                if len(b):
+                    self._buffer(b)
+            return
         if isinstance(message, Returned):
             if message.final:
                 self._in_flight -= 1
@@ -366,6 +387,22 @@ class Eddy:
         if self._buffered > self.stats.peak_buffered_tuples:
             self.stats.peak_buffered_tuples = self._buffered
 
+    def _complete(self, table: str) -> bool:
+        """The SteM of ``table`` holds every tuple it ever will: its scan has delivered
+        every row and each delivered row has come back from its build (BuildFirst)."""
+        return table in self._scan_done and self._unbuilt.get(table, 0) <= 0
+
+    def _flush_next(self) -> None:
+        """Nothing is in flight and every source is done, so no tuple can probe the next
+        RIGHT / FULL JoinStep any more: ask it for its unmatched tuples, NULL-padded."""
+        destination, prefix = self._flushes.popleft()
+        empty = TupleBatch(Signature(prefix, 0, True), {}, np.zeros(0, dtype=np.int64))
+        try:
+            self.queues[destination].send_nowait(Work(destination, empty, flush=True))
+        except trio.BrokenResourceError:
+            raise _ModuleEnded(self.routing_table.destinations[destination].module) from None
+        self._in_flight += 1
+
     def _park(self, batch: TupleBatch) -> None:
         """Hold a floating batch bounced by an incomplete SteM until that SteM changes —
         unless it is complete by now (its answer raced the last build or the scan's end)."""
@@ -394,6 +431,10 @@ class Eddy:
             return
         dropped = self._fresh_of[index]
         self._fresh_count -= len(dropped)
+        # Never built: no longer owed to the table's SteM (its completion, see _complete).
+        self._unbuilt[source.table] = self._unbuilt.get(source.table, 0) - sum(
+            len(b) for b in dropped
+        )
         dropped.clear()
 
     def _access_failed(self, message: AccessFailed) -> None:
@@ -427,6 +468,8 @@ class Eddy:
         graph = self.routing_table.graph
         if not any(am.id not in self.routing_table.failed for am in graph.indexes_of(table)):
             return False
+        if any(graph.aliases[s.alias].table == table for s in graph.steps):
+            return False  # a JoinStep needs the whole table: lookups cannot complete it
         replays: list[TupleBatch] = []
         for target in graph.aliases_of(table):
             for p in graph.predicates:
@@ -469,6 +512,10 @@ class Eddy:
         entry = self._entry(batch)
         if entry.stranded is not None:
             self._fail_table(entry.stranded)
+        if entry.gate is not None and not self._complete(entry.gate):
+            # A JoinStep probes only a complete SteM: wait for the table's last build.
+            self._parked.setdefault(entry.gate, []).append(batch)
+            return
         if not entry.destinations:  # nothing left to do (see RoutingTable._floating)
             return
         has_room = self._room_of(entry)
