@@ -234,11 +234,7 @@ def plan_steps(
         k = spec.index
         if k < m:
             continue
-        if spec.kind in ("using", "natural"):
-            raise UnsupportedQueryError(
-                f"JOIN ... USING / NATURAL JOIN after an outer join is not supported (write "
-                f"ON): {describe(spec.node)}"
-            )
+        assert spec.kind not in ("using", "natural")  # refused by sql.py
         kind = spec.side or "inner"
         if kind in ("right", "full") and spec.group > 0:
             raise UnsupportedQueryError(

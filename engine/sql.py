@@ -340,6 +340,11 @@ def parse_query(sql: str, functions: Collection[str] = ()) -> QueryBlock:
         if spec.kind == "comma":
             group = spec.index
             spec.group = group
+        if outer and spec.kind in ("using", "natural"):
+            raise UnsupportedQueryError(
+                "JOIN ... USING / NATURAL JOIN after an outer join is not supported (write "
+                f"ON): {describe(join)}"
+            )
         outer = outer or bool(spec.side)
         if not outer:
             conjuncts += spec.on
