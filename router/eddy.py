@@ -52,6 +52,7 @@ from eddies.engine.errors import DataSourceError
 from eddies.router.constraints import ConstraintChecker
 from eddies.router.messages import AccessFailed, Returned, SourceBatch, SourceDone, Work
 from eddies.router.policies import HOLD, RoutingPolicy
+from eddies.router.query_graph import AccessKind
 from eddies.router.routing_table import DestinationKind, RoutingTable
 from eddies.router.stats import RunStats
 from eddies.router.tuple_batch import Signature, TupleBatch
@@ -152,6 +153,9 @@ class Eddy:
         }
         self._lookups = {
             d.id for d in routing_table.destinations if d.kind is DestinationKind.LOOKUP
+        }
+        self._index_access = {
+            am.id for am in routing_table.graph.access if am.kind is AccessKind.INDEX
         }
         # RIGHT / FULL JoinSteps, in step order: flushed one by one once the query is
         # otherwise finished (see _flush_next).
@@ -319,7 +323,7 @@ class Eddy:
                 self.checker.check_returned(message.destination, message.tuples_in, message.outputs)
             # An empty batch may still carry EOT tuples, which must be built.
             built_table = self._build_tables.get(message.destination)
-            if message.final and built_table is not None:
+            if message.final and built_table is not None and not self._looked_up(message):
                 self._unbuilt[built_table] = self._unbuilt.get(built_table, 0) - message.tuples_in
             for b in message.outputs:
                 if b.signature.floating and b.signature.prior:
@@ -386,6 +390,12 @@ class Eddy:
         self._buffered += n
         if self._buffered > self.stats.peak_buffered_tuples:
             self.stats.peak_buffered_tuples = self._buffered
+
+    def _looked_up(self, message: Returned) -> bool:
+        """Whether a build's tuples came from an index AM: ``_unbuilt`` counts only what
+        scans delivered, so lookups' builds must not pay it off."""
+        work = message.work
+        return work is not None and work.batch.origin in self._index_access
 
     def _complete(self, table: str) -> bool:
         """The SteM of ``table`` holds every tuple it ever will: its scan has delivered

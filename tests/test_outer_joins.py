@@ -10,6 +10,8 @@ the region and the steps' tables; what is not exact is refused by name.
 
 from __future__ import annotations
 
+import os
+
 import pyarrow as pa
 import pytest
 from hypothesis import given, settings
@@ -20,6 +22,7 @@ from test_differential import tables_st
 from eddies.engine import Catalog, UnsupportedQueryError, execute, explain
 
 POLICIES = ("lottery", "rank", "bandit", "random", "static")
+EXAMPLES = int(os.environ.get("EDDIES_OUTER_EXAMPLES", "50"))
 BATCH_SIZES = (None, 1, 7)
 
 
@@ -109,6 +112,8 @@ def _lookup_over(table: pa.Table):
         "SELECT * FROM c JOIN a ON a.k = c.k FULL JOIN b ON a.k = b.k",
         "SELECT * FROM c JOIN a ON a.k = c.k WHERE NOT EXISTS (SELECT 1 FROM b WHERE b.k = a.k)",
         "SELECT * FROM c JOIN a ON a.k = c.k LEFT JOIN b ON b.k = a.k AND b.w < a.v",
+        # b in the region (looked up by c) and as a subquery step table
+        "SELECT * FROM c JOIN b ON b.k = c.k WHERE EXISTS (SELECT 1 FROM b AS x WHERE x.w = c.z)",
     ],
 )
 def test_index_ams_and_mirrors(ams, sql):
@@ -261,13 +266,14 @@ def outer_scenarios(draw):
 
 
 @pytest.mark.slow  # about 20 s
-@settings(max_examples=30, deadline=None, report_multiple_bugs=False)
+@settings(max_examples=EXAMPLES, deadline=None, report_multiple_bugs=False)
 @given(scenario=outer_scenarios())
 def test_outer_joins_and_subqueries_property(scenario):
     sql, tables, policy = scenario
     expected = duckdb_table(sql, tables)
     cat = make_catalog(tables)
-    for run_policy, bs in [(policy, None), (policy, 1), ("lottery", 7), ("rank", 7)]:
+    runs = [(p, None) for p in POLICIES] + [(policy, 1), ("lottery", 7), ("bandit", 7)]
+    for run_policy, bs in runs:
         ours = execute(sql, cat, policy=run_policy, batch_size=bs, debug=bs is not None, seed=1)
         ctx = f"policy={run_policy} batch_size={bs}"
         assert_same_bag(ours, sql, tables, context=ctx, expected=expected)
