@@ -446,6 +446,7 @@ class Eddy:
             len(b) for b in dropped
         )
         dropped.clear()
+        self._unpark(source.table)  # the table's SteM may be complete now
 
     def _access_failed(self, message: AccessFailed) -> None:
         """Route around a failed AM, or fail the query if its table has none left."""

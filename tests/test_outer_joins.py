@@ -104,7 +104,7 @@ def _lookup_over(table: pa.Table):
 
 @pytest.mark.parametrize(
     "ams",
-    ["b-scan+index", "b-two-scans", "a-index-only", "c-scan+index"],
+    ["b-scan+index", "b-two-scans", "b-fast-and-slow-scans", "a-index-only", "c-scan+index"],
 )
 @pytest.mark.parametrize(
     "sql",
@@ -129,6 +129,9 @@ def test_index_ams_and_mirrors(ams, sql):
         cat.add_table(
             "b", B.take(list(range(B.num_rows))[::-1]), batch_size=3, access_name="b_scan2"
         )
+    if ams == "b-fast-and-slow-scans":  # the slow one is stopped with batches still queued
+        cat.add_table("b", B.take(list(range(B.num_rows))[::-1]), batch_size=1, access_name="b_1")
+        cat.add_table("b", B.take([1, 0, 3, 2, 5, 4]), batch_size=1, access_name="b_2")
     cat.add_table("c", C, access_name="c_scan")
     if ams == "c-scan+index":
         cat.add_index("c", C.schema, on=["k"], lookup=_lookup_over(C), access_name="c_index")
