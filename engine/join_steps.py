@@ -143,38 +143,53 @@ def _boolean(expr: Expr, types: dict, node: exp.Expression) -> None:
         raise QueryTypeError(f"condition {describe(node)} is {result}, not boolean")
 
 
+def _key(node: exp.EQ, scope, types: dict, alias: int, prefix: int) -> tuple | None:
+    """(probe expression, stored expression, kind) when ``node`` equates an expression over
+    the prefix with one over the step's table, in types the SteMs' key coding joins."""
+    left = compile_expr(node.this, scope)
+    right = compile_expr(node.expression, scope)
+    lm, rm = _mask(left), _mask(right)
+    if lm == 1 << alias and rm and not rm & ~prefix:
+        left, right = right, left
+    elif not (rm == 1 << alias and lm and not lm & ~prefix):
+        return None
+    lt, rt = check_types(left, types, node), check_types(right, types, node)
+    if lt == pa.null() or rt == pa.null():
+        return None
+    try:
+        return left, right, common_kind(lt, rt, node)
+    except QueryTypeError:
+        return None  # compared after DuckDB's casts, per pair, instead
+
+
 def _condition(
     nodes: list[exp.Expression], scope, types: dict, alias: int, prefix: int
-) -> tuple[tuple, Expr | None]:
-    """Split a step's condition into hashed keys and a residual (see JoinStep)."""
+) -> tuple[tuple, Expr | None, Expr | None]:
+    """Split a step's condition into hashed keys, a residual over the pairs and a filter
+    over the step's table alone, applied once to its stored tuples (see JoinStep)."""
     keys = []
     rest: list[exp.Expression] = []
+    own: list[exp.Expression] = []
     for node in nodes:
         expr = compile_expr(node, scope)
         _boolean(expr, types, node)
-        if isinstance(node, exp.EQ):
-            left = compile_expr(node.this, scope)
-            right = compile_expr(node.expression, scope)
-            lm, rm = _mask(left), _mask(right)
-            if rm == 1 << alias and lm and not lm & ~prefix:
-                pass
-            elif lm == 1 << alias and rm and not rm & ~prefix:
-                left, right = right, left
-            else:
-                rest.append(node)
-                continue
-            lt, rt = check_types(left, types, node), check_types(right, types, node)
-            if lt == pa.null() or rt == pa.null():
-                rest.append(node)
-                continue
-            keys.append((left, right, common_kind(lt, rt, node)))
+        if not _mask(expr) & ~(1 << alias):
+            own.append(node)
             continue
+        if isinstance(node, exp.EQ):
+            key = _key(node, scope, types, alias, prefix)
+            if key is not None:
+                keys.append(key)
+                continue
         rest.append(node)
-    residual = None
-    if rest:
-        combined = rest[0] if len(rest) == 1 else exp.and_(*[r.copy() for r in rest])
-        residual = compile_expr(combined, scope)
-    return tuple(keys), residual
+    return tuple(keys), _and(rest, scope), _and(own, scope)
+
+
+def _and(nodes: list[exp.Expression], scope) -> Expr | None:
+    if not nodes:
+        return None
+    combined = nodes[0] if len(nodes) == 1 else exp.and_(*[n.copy() for n in nodes])
+    return compile_expr(combined, scope)
 
 
 def _outer_marked(node: exp.Expression, scope) -> exp.Expression:
@@ -242,9 +257,9 @@ def plan_steps(
                 f"NULL-supplying side would be only part of FROM): {describe(spec.node)}"
             )
         prefix = (1 << k) - 1
-        keys, residual = _condition(spec.on, scope, types, k, prefix)
+        keys, residual, own = _condition(spec.on, scope, types, k, prefix)
         sql = spec.node.sql(dialect="duckdb")
-        steps.append(JoinStep(k, kind, prefix, -1, sql, keys, residual))
+        steps.append(JoinStep(k, kind, prefix, -1, sql, keys, residual, stored_filter=own))
     for j, ref in enumerate(subqueries):
         k = n_from + j
         prefix = (1 << k) - 1
@@ -254,7 +269,7 @@ def plan_steps(
         for node in nodes:
             if subquery_of(node) is not None:
                 raise UnsupportedQueryError(f"a nested subquery is not supported: {describe(node)}")
-        notin = None
+        notin = notin_key = None
         inner = ref.node
         while isinstance(inner, exp.Not | exp.Paren):
             inner = inner.this
@@ -267,13 +282,13 @@ def plan_steps(
             if ref.negated:
                 notin = compile_expr(equality, sub)
                 check_types(notin, types, equality)
+                notin_key = _key(equality, sub, types, k, prefix)
             else:
                 nodes.append(equality)
         kind = ("notin" if ref.is_in else "anti") if ref.negated else "semi"
-        keys, residual = _condition(nodes, sub, types, k, prefix)
-        steps.append(
-            JoinStep(k, kind, prefix, -1, ref.node.sql(dialect="duckdb"), keys, residual, notin)
-        )
+        keys, residual, own = _condition(nodes, sub, types, k, prefix)
+        sql = ref.node.sql(dialect="duckdb")
+        steps.append(JoinStep(k, kind, prefix, -1, sql, keys, residual, notin, 0, own, notin_key))
     # WHERE placement: after the highest alias read and after any RIGHT / FULL step
     # whose NULL-supplying side it reads.
     region: list[exp.Expression] = []

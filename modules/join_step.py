@@ -20,7 +20,12 @@ IN), ``anti`` (NOT EXISTS) and ``notin`` (NOT IN, three-valued: a NULL among the
 subquery's values, or a NULL probe value against a non-empty subquery, gives NULL, so
 the row is not kept). Keys are hashed with the SteMs' key coding
 (``modules/key_encoding.py``: NULL never matches); the residual condition is evaluated
-on the candidate pairs. Pairs are made in chunks of at most ``MAX_PAIRS``.
+on the candidate pairs, and the terms over the step's table alone filter its stored
+tuples once. Pairs are made in chunks of at most ``MAX_PAIRS``; a semi- or anti-join
+with no residual makes none (a count of candidates decides). NOT IN hashes ``x = y``
+too: a probe tuple is dropped if it finds an equal ``y``, or (second probe, of the
+stored tuples whose ``y`` is NULL) a NULL ``y``, or if its ``x`` is NULL and anything
+passes the correlation (third probe).
 """
 
 from __future__ import annotations
@@ -48,11 +53,89 @@ from eddies.sources.table_store import TableStore
 MAX_PAIRS = 1 << 16
 
 
+class _HashIndex:
+    """Stored tuples (positions ``positions`` of the step's stored rows) sorted by the
+    hashed codes of ``keys`` ((probe expr, stored expr, kind) triples); no keys: every
+    one of them is a candidate of every probe."""
+
+    def __init__(self, keys: tuple, positions: np.ndarray, values: list[pa.Array]) -> None:
+        self.keys = keys
+        self.dicts: list[KeyDictionary | None] = []
+        codes: list[np.ndarray] = []
+        valid = np.ones(len(positions), dtype=bool)
+        for (_, _, kind), column in zip(keys, values, strict=True):
+            dictionary = KeyDictionary() if uses_dictionary(kind) else None
+            self.dicts.append(dictionary)
+            codes.append(encode_column(column, kind, dictionary, grow=True))
+            mask = validity(column)
+            if mask is not None:
+                valid &= mask
+        self.codes = [c[valid] for c in codes]  # NULL never joins: not indexed
+        self.positions = positions[valid]
+        if keys:
+            mixed = mix_codes(self.codes)
+            order = np.argsort(mixed, kind="stable")
+            self.sorted = mixed[order]
+            self.positions = self.positions[order]
+            self.codes = [c[order] for c in self.codes]
+
+    def candidates(self, env: dict, n: int, idx: np.ndarray | None = None):
+        """(lo, hi, per-key probe codes): probe tuple i's candidates are entries
+        ``lo[i]:hi[i]`` (all tuples, or those ``idx``; others get an empty range)."""
+        if not self.keys:
+            lo = np.zeros(n, dtype=np.int64)
+            hi = np.full(n, len(self.positions), dtype=np.int64)
+            if idx is not None:
+                keep = np.zeros(n, dtype=bool)
+                keep[idx] = True
+                hi[~keep] = 0
+            return lo, hi, []
+        valid = np.ones(n, dtype=bool)
+        codes = []
+        for (probe_expr, _, kind), dictionary in zip(self.keys, self.dicts, strict=True):
+            values = evaluate(probe_expr, env, n)
+            codes.append(encode_column(values, kind, dictionary, grow=False))
+            mask = validity(values)
+            if mask is not None:
+                valid &= mask
+        if idx is not None:
+            keep = np.zeros(n, dtype=bool)
+            keep[idx] = True
+            valid &= keep
+        mixed = mix_codes(codes)
+        lo = np.searchsorted(self.sorted, mixed, side="left").astype(np.int64)
+        hi = np.searchsorted(self.sorted, mixed, side="right").astype(np.int64)
+        hi[~valid] = lo[~valid]
+        return lo, hi, codes
+
+    def pairs(self, lo, hi, codes, idx: np.ndarray):
+        """(probe index, stored position) of the candidates of probe tuples ``idx``."""
+        counts = hi[idx] - lo[idx]
+        probe_idx = np.repeat(idx, counts)
+        starts = np.repeat(lo[idx] - (np.cumsum(counts) - counts), counts)
+        at = np.arange(len(probe_idx), dtype=np.int64) + starts
+        pos = self.positions[at]
+        if len(self.codes) > 1 and len(at):  # the mixed key may collide: check each column
+            same = np.ones(len(at), dtype=bool)
+            for stored, probe in zip(self.codes, codes, strict=True):
+                same &= stored[at] == probe[probe_idx]
+            probe_idx, pos = probe_idx[same], pos[same]
+        return probe_idx, pos
+
+    def exact_counts(self, lo, hi, codes) -> np.ndarray:
+        """Candidates per probe tuple (exact: colliding multi-column keys removed)."""
+        counts = hi - lo
+        if len(self.codes) <= 1 or not counts.any():
+            return counts
+        probe_idx, _ = self.pairs(lo, hi, codes, np.flatnonzero(counts))
+        return np.bincount(probe_idx, minlength=len(counts))
+
+
 class JoinStepModule(Module):
     """Runs one :class:`~eddies.router.query_graph.JoinStep` (see the module docstring).
 
     ``stem``: the SteM of the step's table, complete whenever a Work arrives (the eddy's
-    gate). Its stored row ids and key codes are read once, at the first Work.
+    gate). Its stored tuples are read, filtered and hashed once, at the first Work.
     """
 
     kind = "step"
@@ -68,92 +151,45 @@ class JoinStepModule(Module):
         self._bit = 1 << step.alias
         self._stored: np.ndarray | None = None
         self._hit: np.ndarray | None = None  # RIGHT / FULL: stored tuples matched so far
-        self._dicts: list[KeyDictionary | None] = []
-        self._codes: list[np.ndarray] = []
-        self._order: np.ndarray | None = None  # stored positions sorted by key
-        self._sorted: np.ndarray | None = None
+        self._index: _HashIndex | None = None
+        self._null_y: _HashIndex | None = None  # NOT IN: stored tuples whose y is NULL
+        self._any: _HashIndex | None = None  # NOT IN: everything past the correlation
 
     # -- the stored side -------------------------------------------------------------
+    def _stored_values(self, exprs: list[Expr], pos: np.ndarray) -> list[pa.Array]:
+        keys = {k for e in exprs for k in e.column_keys() if isinstance(k, tuple)}
+        rows = self._stored[pos]
+        alias = self.step.alias
+        env = {key: gather_nullable(self.stores[alias], key[1], rows) for key in keys}
+        return [evaluate(e, env, len(pos)) for e in exprs]
+
     def _prepare(self) -> None:
         if self._stored is not None:
             return
         step = self.step
         self._stored = self.stem.stored_rows()
         self._hit = np.zeros(len(self._stored), dtype=bool)
-        if not step.keys:
-            return
-        env = self._stored_env(np.arange(len(self._stored)))
-        valid = np.ones(len(self._stored), dtype=bool)
-        for _, stored_expr, kind in step.keys:
-            values = evaluate(stored_expr, env, len(self._stored))
-            dictionary = KeyDictionary() if uses_dictionary(kind) else None
-            self._dicts.append(dictionary)
-            self._codes.append(encode_column(values, kind, dictionary, grow=True))
-            mask = validity(values)
-            if mask is not None:
-                valid &= mask
-        mixed = mix_codes(self._codes)
-        positions = np.flatnonzero(valid)  # NULL never joins: not indexed
-        order = np.argsort(mixed[positions], kind="stable")
-        self._order = positions[order]
-        self._sorted = mixed[self._order]
+        positions = np.arange(len(self._stored), dtype=np.int64)
+        if step.stored_filter is not None and len(positions):
+            (passed,) = self._stored_values([step.stored_filter], positions)
+            positions = positions[_true(passed)]
+        keys = step.keys
+        if step.notin_key is not None:
+            (y,) = self._stored_values([step.notin_key[1]], positions)
+            null_y = positions[_null(y)]
+            self._null_y = self._build(keys, null_y)
+            self._any = self._build(keys, positions)
+            keys = (*keys, step.notin_key)
+        self._index = self._build(keys, positions)
 
-    def _stored_env(self, pos: np.ndarray) -> dict:
-        alias = self.step.alias
-        keys = set()
-        for _, stored_expr, _ in self.step.keys:
-            keys |= stored_expr.column_keys()
-        rows = self._stored[pos]
-        return {
-            key: gather_nullable(self.stores[alias], key[1], rows)
-            for key in keys
-            if isinstance(key, tuple)
-        }
+    def _build(self, keys: tuple, positions: np.ndarray) -> _HashIndex:
+        values = self._stored_values([k[1] for k in keys], positions) if keys else []
+        return _HashIndex(keys, positions, values)
 
     # -- candidate pairs -------------------------------------------------------------
-    def _probe_codes(self, batch: TupleBatch) -> tuple[np.ndarray, list[np.ndarray], np.ndarray]:
-        keys = set()
-        for probe_expr, _, _ in self.step.keys:
-            keys |= {k for k in probe_expr.column_keys() if isinstance(k, tuple)}
-        env = gather_columns(batch, keys, self.stores)
-        n = len(batch)
-        valid = np.ones(n, dtype=bool)
-        codes = []
-        for (probe_expr, _, kind), dictionary in zip(self.step.keys, self._dicts, strict=True):
-            values = evaluate(probe_expr, env, n)
-            codes.append(encode_column(values, kind, dictionary, grow=False))
-            mask = validity(values)
-            if mask is not None:
-                valid &= mask
-        return mix_codes(codes), codes, valid
-
-    def _candidates(self, batch: TupleBatch) -> tuple[np.ndarray, np.ndarray]:
-        """Per probe tuple, the range of ``self._order`` with its key (or everything)."""
-        n = len(batch)
-        if not self.step.keys:
-            return np.zeros(n, dtype=np.int64), np.full(n, len(self._stored), dtype=np.int64)
-        mixed, codes, valid = self._probe_codes(batch)
-        lo = np.searchsorted(self._sorted, mixed, side="left").astype(np.int64)
-        hi = np.searchsorted(self._sorted, mixed, side="right").astype(np.int64)
-        hi[~valid] = lo[~valid]
-        self._probe_key_codes = codes
-        return lo, hi
-
-    def _pairs(self, lo: np.ndarray, hi: np.ndarray, idx: np.ndarray):
-        """(probe index, stored position) of the candidates of probe tuples ``idx``."""
-        counts = hi[idx] - lo[idx]
-        probe_idx = np.repeat(idx, counts)
-        starts = np.repeat(lo[idx] - (np.cumsum(counts) - counts), counts)
-        at = np.arange(len(probe_idx), dtype=np.int64) + starts
-        if not self.step.keys:
-            return probe_idx, at
-        pos = self._order[at]
-        if len(self._codes) > 1 and len(pos):  # the mixed key may collide: check each column
-            same = np.ones(len(pos), dtype=bool)
-            for stored, probe in zip(self._codes, self._probe_key_codes, strict=True):
-                same &= stored[pos] == probe[probe_idx]
-            probe_idx, pos = probe_idx[same], pos[same]
-        return probe_idx, pos
+    def _probe_env(self, batch: TupleBatch, index: _HashIndex) -> dict:
+        keys = {k for p, _, _ in index.keys for k in p.column_keys() if isinstance(k, tuple)}
+        return gather_columns(batch, keys, self.stores)
 
     async def _condition(self, batch: TupleBatch, probe_idx, pos, expr: Expr) -> pa.Array:
         """``expr`` over the pairs (three-valued, as an Arrow boolean array)."""
@@ -171,42 +207,61 @@ class JoinStepModule(Module):
         except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as exc:
             raise QueryTypeError(f"evaluating {self.step.sql} failed: {exc}") from exc
 
+    async def _matching(
+        self,
+        batch: TupleBatch,
+        index: _HashIndex,
+        idx: np.ndarray | None = None,
+        outputs: list[TupleBatch] | None = None,
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Per probe tuple: whether some stored tuple passes the whole condition (with
+        ``index``'s keys), and, for NOT IN without a hashable ``x = y``, whether some
+        comparison was NULL. Joined tuples go to ``outputs`` when given."""
+        step = self.step
+        n = len(batch)
+        lo, hi, codes = index.candidates(self._probe_env(batch, index), n, idx)
+        matched = np.zeros(n, dtype=bool)
+        unknown = np.zeros(n, dtype=bool)
+        pairwise = outputs is not None or step.residual is not None
+        pairwise = pairwise or (step.notin is not None and step.notin_key is None)
+        if not pairwise:  # a count decides (semi-/anti-join, NOT IN by hashing)
+            return index.exact_counts(lo, hi, codes) > 0, unknown
+        counts = hi - lo
+        start = 0
+        while start < n:  # chunks of at most MAX_PAIRS candidate pairs (one tuple at least)
+            ends = np.cumsum(counts[start:])
+            stop = start + max(1, int(np.searchsorted(ends, MAX_PAIRS, side="right")))
+            chunk = np.arange(start, stop, dtype=np.int64)
+            start = stop
+            probe_idx, pos = index.pairs(lo, hi, codes, chunk[counts[chunk] > 0])
+            if not len(pos):
+                continue
+            if step.residual is not None:
+                keep = _true(await self._condition(batch, probe_idx, pos, step.residual))
+                probe_idx, pos = probe_idx[keep], pos[keep]
+            if step.notin is not None and step.notin_key is None:
+                # x NOT IN S: FALSE if some x = y is TRUE, NULL if none is but one is NULL
+                values = await self._condition(batch, probe_idx, pos, step.notin)
+                unknown[probe_idx[_null(values)]] = True
+                probe_idx, pos = probe_idx[_true(values)], pos[_true(values)]
+            matched[probe_idx] = True
+            if outputs is not None and len(pos):
+                self._hit[pos] = True
+                outputs.append(self._joined(batch, probe_idx, pos))
+        return matched, unknown
+
     # -- Works -----------------------------------------------------------------------
     async def process(self, work: Work) -> list[TupleBatch]:
         self._prepare()
         if work.flush:
             return self._flush()
         batch = work.batch
-        lo, hi = self._candidates(batch)
-        counts = hi - lo
-        n = len(batch)
-        matched = np.zeros(n, dtype=bool)  # a pair passed the whole condition
-        unknown = np.zeros(n, dtype=bool)  # NOT IN: some comparison was NULL
-        outputs: list[TupleBatch] = []
-        start = 0
-        while start < n:  # chunks of at most MAX_PAIRS candidate pairs (one tuple at least)
-            ends = np.cumsum(counts[start:])
-            stop = start + max(1, int(np.searchsorted(ends, MAX_PAIRS, side="right")))
-            idx = np.arange(start, stop, dtype=np.int64)
-            start = stop
-            probe_idx, pos = self._pairs(lo, hi, idx)
-            if not len(pos):
-                continue
-            if self.step.residual is not None:
-                values = await self._condition(batch, probe_idx, pos, self.step.residual)
-                keep = _true(values)
-                probe_idx, pos = probe_idx[keep], pos[keep]
-            if self.step.notin is not None:
-                # x NOT IN S: FALSE if some x = y is TRUE, NULL if none is but one is NULL
-                values = await self._condition(batch, probe_idx, pos, self.step.notin)
-                unknown[probe_idx[_null(values)]] = True
-                matched[probe_idx[_true(values)]] = True
-                continue
-            matched[probe_idx] = True
-            if self.step.kind in ("inner", "left", "right", "full") and len(pos):
-                self._hit[pos] = True
-                outputs.append(self._joined(batch, probe_idx, pos))
         kind = self.step.kind
+        outputs: list[TupleBatch] = []
+        joins = kind in ("inner", "left", "right", "full")
+        matched, unknown = await self._matching(
+            batch, self._index, outputs=outputs if joins else None
+        )
         if kind in ("left", "full"):
             lonely = np.flatnonzero(~matched)
             if len(lonely):
@@ -216,8 +271,28 @@ class JoinStepModule(Module):
         elif kind == "anti":
             outputs.append(self._padded(batch, np.flatnonzero(~matched)))
         elif kind == "notin":
+            if self.step.notin_key is not None:
+                unknown |= await self._not_in_nulls(batch, matched)
             outputs.append(self._padded(batch, np.flatnonzero(~matched & ~unknown)))
         return [b for b in outputs if len(b)]
+
+    async def _not_in_nulls(self, batch: TupleBatch, matched: np.ndarray) -> np.ndarray:
+        """NOT IN by hashing: the tuples whose answer is NULL — a NULL ``y`` passes their
+        correlation, or their ``x`` is NULL and some tuple passes it."""
+        assert self._null_y is not None and self._any is not None
+        rest = np.flatnonzero(~matched)
+        unknown = np.zeros(len(batch), dtype=bool)
+        if not len(rest):
+            return unknown
+        if len(self._null_y.positions):
+            unknown |= (await self._matching(batch, self._null_y, rest))[0]
+        probe_expr = self.step.notin_key[0]
+        keys = {k for k in probe_expr.column_keys() if isinstance(k, tuple)}
+        x = evaluate(probe_expr, gather_columns(batch, keys, self.stores), len(batch))
+        null_x = rest[_null(x)[rest]]
+        if len(null_x):
+            unknown |= (await self._matching(batch, self._any, null_x))[0]
+        return unknown
 
     def _signature(self, batch: TupleBatch) -> Signature:
         sig = batch.signature
@@ -254,6 +329,8 @@ class JoinStepModule(Module):
 
 def _true(values: pa.Array) -> np.ndarray:
     """Mask of TRUE entries (NULL and FALSE are not)."""
+    if isinstance(values, pa.Scalar):
+        raise TypeError("expected an array")  # pragma: no cover - evaluate broadcasts
     if values.type == pa.null():
         return np.zeros(len(values), dtype=bool)
     if values.null_count:
@@ -262,6 +339,7 @@ def _true(values: pa.Array) -> np.ndarray:
 
 
 def _null(values: pa.Array) -> np.ndarray:
+    """Mask of NULL entries."""
     if values.type == pa.null():
         return np.ones(len(values), dtype=bool)
     if not values.null_count:

@@ -100,9 +100,12 @@ class JoinStep:
     prefix, stored-side expression over ``alias``, key_encoding kind) equalities hashed
     on; ``residual``: the rest of the condition, over prefix and alias (None: TRUE).
     ``notin``: for NOT IN, the equality ``probe = subquery column``, evaluated per pair
-    with SQL's three-valued logic. ``predicate``: the index of the step's Done bit; ``done_before``:
-    the Done bits of every predicate over the prefix (what a NULL-padded tuple of a RIGHT
-    or FULL join carries, its null-supplying side's conditions being vacuous).
+    with SQL's three-valued logic; ``notin_key``: the same as a hashable key, when it is
+    one. ``stored_filter``: the condition's terms over ``alias`` alone, applied once to
+    the stored tuples (a tuple failing them matches nothing). ``predicate``: the index of
+    the step's Done bit; ``done_before``: the Done bits of every predicate over the prefix
+    (what a NULL-padded tuple of a RIGHT or FULL join carries, its null-supplying side's
+    conditions being vacuous).
     Source idea: stems-2003 §3.4 (ProbeCompletion) and §2.1.3 (EOT): a probe of a complete
     SteM has every match it will ever have, so "no match" is final.
     """
@@ -116,6 +119,8 @@ class JoinStep:
     residual: Expr | None = None
     notin: Expr | None = None
     done_before: int = 0
+    stored_filter: Expr | None = None
+    notin_key: tuple | None = None
 
 
 @dataclass

@@ -72,10 +72,24 @@ SUBQUERIES = [
     "SELECT a.k, b.w FROM a JOIN b ON a.k = b.k WHERE a.v IN (SELECT z * 10 FROM c) "
     "AND NOT EXISTS (SELECT 1 FROM c WHERE c.k = b.w)",
     "SELECT * FROM a LEFT JOIN b ON a.k = b.k WHERE b.w NOT IN (SELECT z FROM c)",
+    # NOT IN hashed: a NULL y inside the correlation, a NULL x with a non-empty S
+    "SELECT * FROM a WHERE a.v / 10 NOT IN (SELECT b.w FROM b WHERE b.k = a.k)",
+    "SELECT * FROM b WHERE b.k NOT IN (SELECT a.k FROM a WHERE a.v > b.w * 10)",
+    "SELECT * FROM a WHERE a.k NOT IN (SELECT c.k FROM c WHERE c.z = a.v / 10 + 6)",
+    "SELECT * FROM a WHERE a.k IN (SELECT b.k FROM b WHERE b.w = a.v / 10 AND b.k = a.k)",
+]
+
+EXTRA = [
+    "SELECT * FROM a FULL JOIN b ON 1 = 0",
+    "SELECT * FROM a LEFT JOIN b ON b.w > 2",  # the stored filter alone
+    "SELECT * FROM a RIGHT JOIN b ON a.k = b.k AND a.v = b.w * 10 AND b.w IS NOT NULL",
+    "SELECT * FROM a WHERE EXISTS (SELECT 1 FROM c WHERE c.z > 8)",  # uncorrelated
+    "SELECT * FROM a WHERE NOT EXISTS (SELECT 1 FROM c WHERE c.z > 9)",
+    "SELECT * FROM a LEFT JOIN b ON a.k = b.k ORDER BY a.v NULLS FIRST, b.w LIMIT 4",
 ]
 
 
-@pytest.mark.parametrize("sql", OUTER + SUBQUERIES)
+@pytest.mark.parametrize("sql", OUTER + SUBQUERIES + EXTRA)
 def test_fixed_queries_match_duckdb(sql):
     check_all(sql, TABLES, policies=POLICIES, batch_sizes=BATCH_SIZES)
 
