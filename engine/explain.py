@@ -114,7 +114,8 @@ def explain_plan(plan: Plan) -> str:
             alias = graph.aliases[step.alias].name
             lines.append(
                 f"  step:{alias}  {step.kind} ({len(step.keys)} hashed key(s)"
-                f"{', residual' if step.residual is not None else ''}): {step.sql}"
+                f"{', residual' if step.residual is not None else ''}"
+                f"{', stored filter' if step.stored_filter is not None else ''}): {step.sql}"
             )
     lines += [
         "",
