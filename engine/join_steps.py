@@ -249,7 +249,6 @@ def plan_steps(
         k = spec.index
         if k < m:
             continue
-        assert spec.kind not in ("using", "natural")  # refused by sql.py
         kind = spec.side or "inner"
         if kind in ("right", "full") and spec.group > 0:
             raise UnsupportedQueryError(

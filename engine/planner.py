@@ -293,7 +293,9 @@ def plan_query(sql: str, catalog: Catalog) -> Plan:
 def _plan_joins(block: QueryBlock, scope: BaseScope) -> None:
     """Resolve JOIN ... USING and NATURAL JOIN into equalities (added to
     ``block.conjuncts``) and merged columns (``scope.merged``), as DuckDB does; check that
-    each ON clause names only tables joined so far. Raises UnknownColumnError."""
+    each ON clause names only tables joined so far. Raises UnknownColumnError. From the
+    first outer join on, the equalities go to the join's ON terms instead."""
+    first_outer = next((s.index for s in block.joins if s.side), len(block.tables))
     for spec in block.joins:
         right = spec.index
         if spec.kind == "on":
@@ -364,7 +366,10 @@ def _plan_joins(block: QueryBlock, scope: BaseScope) -> None:
             if ident is not None:  # errors about the equality point at the USING column
                 for column in equality.find_all(exp.Identifier):
                     column.meta.update(ident.meta)
-            block.conjuncts.append(equality)
+            if spec.index >= first_outer:  # a JoinStep's condition (engine/join_steps.py)
+                spec.on.append(equality)
+            else:
+                block.conjuncts.append(equality)
 
 
 def _plan_predicates(

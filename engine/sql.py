@@ -340,11 +340,6 @@ def parse_query(sql: str, functions: Collection[str] = ()) -> QueryBlock:
         if spec.kind == "comma":
             group = spec.index
             spec.group = group
-        if outer and spec.kind in ("using", "natural"):
-            raise UnsupportedQueryError(
-                "JOIN ... USING / NATURAL JOIN after an outer join is not supported (write "
-                f"ON): {describe(join)}"
-            )
         outer = outer or bool(spec.side)
         if not outer:
             conjuncts += spec.on
@@ -463,10 +458,26 @@ def _join_spec(sql: str, tokens: list[Token], join: exp.Join, index: int, group:
     if kind == "OUTER" and not side:
         raise SqlSyntaxError(f"SQL syntax error: OUTER JOIN needs LEFT, RIGHT or FULL: {where}")
     if side:
-        if natural or using or kind == "CROSS":
+        if side != "left" and (natural or using):
+            # The merged column would be COALESCE(left, right): not modelled.
             raise UnsupportedQueryError(
                 f"{side.upper()} JOIN with USING / NATURAL is not supported (write ON): {where}"
             )
+        if kind == "CROSS":
+            raise SqlSyntaxError(f"SQL syntax error: CROSS JOIN has no side: {where}")
+        if natural:
+            if on is not None or using:
+                raise SqlSyntaxError(
+                    f"SQL syntax error: NATURAL JOIN takes no ON or USING: {where}"
+                )
+            return JoinSpec(index, "natural", group, join, side=side)
+        if using:
+            if on is not None:
+                raise SqlSyntaxError(f"SQL syntax error: a JOIN has either ON or USING: {where}")
+            for ident in using:
+                if not isinstance(ident, exp.Identifier):
+                    raise UnsupportedQueryError(f"USING takes column names: {describe(ident)}")
+            return JoinSpec(index, "using", group, join, using=list(using), side=side)
         if on is None:
             raise SqlSyntaxError(f"SQL syntax error: {side.upper()} JOIN needs ON: {where}")
         return JoinSpec(index, "on", group, join, on=conjuncts_of(on), side=side)

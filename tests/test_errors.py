@@ -223,9 +223,9 @@ def test_unknown_function():
 @pytest.mark.parametrize(
     ("join", "words"),
     [
-        ("LEFT JOIN", ("LEFT JOIN with USING",)),
-        ("LEFT OUTER JOIN", ("LEFT JOIN with USING",)),
+        ("RIGHT OUTER JOIN", ("RIGHT JOIN with USING",)),
         ("RIGHT JOIN", ("RIGHT JOIN with USING",)),
+        ("FULL JOIN", ("FULL JOIN with USING",)),
         ("FULL OUTER JOIN", ("FULL JOIN with USING",)),
     ],
 )

@@ -39,7 +39,7 @@ BASES = [
 UNSUPPORTED = [
     "SELECT * FROM t ASOF JOIN u ON t.a >= u.a",
     "SELECT * FROM t POSITIONAL JOIN u",
-    "SELECT * FROM t LEFT JOIN u USING (a)",
+    "SELECT * FROM t RIGHT JOIN u USING (a)",
     "SELECT * FROM t, u FULL OUTER JOIN t AS v ON u.a = v.a",
     "SELECT * FROM t ANTI JOIN u ON t.a = u.a",
     "SELECT * FROM t USING SAMPLE 10%",

@@ -86,6 +86,11 @@ EXTRA = [
     "SELECT * FROM a WHERE EXISTS (SELECT 1 FROM c WHERE c.z > 8)",  # uncorrelated
     "SELECT * FROM a WHERE NOT EXISTS (SELECT 1 FROM c WHERE c.z > 9)",
     "SELECT * FROM a LEFT JOIN b ON a.k = b.k ORDER BY a.v NULLS FIRST, b.w LIMIT 4",
+    # LEFT JOIN USING / NATURAL: the USING column is the left side's
+    "SELECT k, v, w FROM a LEFT OUTER JOIN b USING (k) WHERE k > 1",
+    "SELECT * FROM a NATURAL LEFT JOIN b",
+    "SELECT * FROM a LEFT JOIN b USING (k) JOIN c USING (k)",
+    "SELECT * FROM a LEFT JOIN b USING (k) LEFT JOIN c USING (k)",
 ]
 
 
@@ -161,10 +166,9 @@ def test_index_ams_and_mirrors(ams, sql):
 @pytest.mark.parametrize(
     ("sql", "words"),
     [
-        ("SELECT * FROM a LEFT JOIN b USING (k)", "LEFT JOIN with USING"),
-        ("SELECT * FROM a NATURAL LEFT JOIN b", "NATURAL"),
+        ("SELECT * FROM a FULL JOIN b USING (k)", "FULL JOIN with USING"),
+        ("SELECT * FROM a NATURAL RIGHT JOIN b", "NATURAL"),
         ("SELECT * FROM a, c RIGHT JOIN b ON c.k = b.k", "RIGHT JOIN after a comma"),
-        ("SELECT * FROM a LEFT JOIN b ON a.k = b.k JOIN c USING (k)", "USING / NATURAL"),
         ("SELECT * FROM a WHERE a.k = 1 OR a.k IN (SELECT k FROM b)", "IN (subquery)"),
         ("SELECT (SELECT max(k) FROM b) FROM a", "subquery"),
         ("SELECT * FROM a WHERE a.k IN (SELECT k, w FROM b)", "exactly one column"),

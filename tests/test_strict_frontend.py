@@ -113,7 +113,7 @@ REFUSED = [
     ("SELECT count(a, b) FROM t", UnsupportedQueryError, ["COUNT takes one"], 1, 17),
     ("SELECT *\nFROM t ASOF JOIN u ON t.a >= u.a", UnsupportedQueryError, ["ASOF JOIN"], 2, 18),
     ("SELECT * FROM t POSITIONAL JOIN u", UnsupportedQueryError, ["POSITIONAL JOIN"], 1, 33),
-    ("SELECT * FROM t LEFT JOIN u USING (a)", UnsupportedQueryError, ["LEFT JOIN", "USING"], 1, 27),
+    ("SELECT * FROM t FULL JOIN u USING (a)", UnsupportedQueryError, ["FULL JOIN", "USING"], 1, 27),
     ("SELECT * FROM t SEMI JOIN u ON t.a = u.a", UnsupportedQueryError, ["SEMI JOIN"], 1, 27),
     ("SELECT * FROM t USING SAMPLE 10%", UnsupportedQueryError, ["SAMPLE"], 1, 30),
     ("SELECT * FROM t\nTABLESAMPLE 50%", UnsupportedQueryError, ["TABLESAMPLE"], 2, 13),
