@@ -56,7 +56,7 @@ class SubqueryRef:
     is_in: bool
 
 
-def subquery_refs(block: QueryBlock, taken: set[str]) -> list[SubqueryRef]:
+def subquery_refs(block: QueryBlock) -> list[SubqueryRef]:
     """Shape-check each WHERE subquery (one table, WHERE, no grouping or LIMIT)."""
     refs = []
     for node in block.subqueries:

@@ -16,6 +16,10 @@ can run at all given the bind-field constraints of index AMs (step 1, Nail's alg
 a table is reachable if it has a scan AM, or an index AM whose bind columns an equi-join
 with a reachable table binds).
 
+Outer joins and [NOT] IN / [NOT] EXISTS subqueries become JoinSteps
+(``engine/join_steps.py``): joins against a complete SteM, taken in FROM order after the
+inner-join region the eddy orders freely.
+
 Aggregation, HAVING, DISTINCT, ORDER BY and LIMIT run above the eddy, as in the PostgreSQL
 implementation (eddies-in-postgresql §2).
 """
@@ -235,7 +239,7 @@ def plan_query(sql: str, catalog: Catalog) -> Plan:
     functions = {name: f.for_query(udf_stats) for name, f in catalog.functions.items()}
     scope = BaseScope(list(aliases), [sources[a.table].schema for a in aliases], functions)
     n_from = len(aliases)
-    refs = join_steps.subquery_refs(block, {a.name for a in aliases})
+    refs = join_steps.subquery_refs(block)
     join_steps.subquery_aliases(refs, aliases, catalog, sources)
     types = BaseScope(aliases, [sources[a.table].schema for a in aliases], functions).types()
     _plan_joins(block, scope)

@@ -1,8 +1,10 @@
 """Parse SQL with sqlglot and check it is a query block eddies runs.
 
 The supported shape is one SELECT block: a select list (with ``* EXCLUDE`` / ``REPLACE``),
-FROM with comma joins, [INNER] JOIN ... ON / USING, NATURAL JOIN and CROSS JOIN, WHERE,
-GROUP BY, HAVING, DISTINCT, ORDER BY, LIMIT/OFFSET. Strictness comes in three layers,
+FROM with comma joins, [INNER] JOIN ... ON / USING, NATURAL JOIN, CROSS JOIN and
+LEFT / RIGHT / FULL [OUTER] JOIN, WHERE (with ``[NOT] IN`` / ``[NOT] EXISTS`` subqueries
+as top-level conjuncts, planned by engine/join_steps.py), GROUP BY, HAVING, DISTINCT,
+ORDER BY, LIMIT/OFFSET. Strictness comes in three layers,
 each raising an EddiesError that names the construct and its line and column:
 
 1. the text: sqlglot's tokenizer and parser (``ErrorLevel.IMMEDIATE``); their errors
