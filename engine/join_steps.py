@@ -38,7 +38,7 @@ from eddies.engine.errors import (
 from eddies.engine.sql import QueryBlock, conjuncts_of, subquery_of
 from eddies.modules.key_encoding import common_kind
 from eddies.router.expressions import ColumnRef, Expr, Literal, check_types
-from eddies.router.query_graph import AliasInfo, JoinStep, Predicate
+from eddies.router.query_graph import AliasInfo, Edge, JoinStep, Predicate
 
 #: SELECT arguments a subquery of [NOT] IN / [NOT] EXISTS may have.
 _SUBQUERY_ARGS = {"expressions", "from_", "where", "distinct"}
@@ -201,6 +201,47 @@ def _outer_marked(node: exp.Expression, scope) -> exp.Expression:
     return node
 
 
+def lookup_steps(
+    steps: list[JoinStep], predicates: list[Predicate], aliases: list[AliasInfo], tables: dict
+) -> list[JoinStep]:
+    """Steps whose table has no scan AM: if their hashed keys bind one of its index AMs
+    (plain columns, all from one alias of the prefix), the step predicate gets that
+    equi-join ``edge`` and the step is EOT-gated (``JoinStep.lookup``): each tuple first
+    looks its keys up, and the step answers it once the lookups' EOTs are in the SteM
+    (stems-2003 §2.1.4: an EOT held means every match is held). RIGHT / FULL joins need
+    the whole table and stay refused (check_tables)."""
+    out = []
+    for step in steps:
+        table = tables[aliases[step.alias].table]
+        if table.scans or step.kind in ("right", "full") or not table.indexes:
+            out.append(step)
+            continue
+        pairs = [
+            (p.key, s.key, kind)
+            for p, s, kind in step.keys
+            if isinstance(p, ColumnRef) and isinstance(s, ColumnRef)
+        ]
+        edge = None
+        for probe_alias in dict.fromkeys(p[0] for p, _, _ in pairs):
+            mine = [(p[1], s[1], kind) for p, s, kind in pairs if p[0] == probe_alias]
+            stored = {s for _, s, _ in mine}
+            if any(set(am.on) <= stored for am in table.indexes):
+                edge = Edge(
+                    probe_alias,
+                    tuple(p for p, _, _ in mine),
+                    step.alias,
+                    tuple(s for _, s, _ in mine),
+                    tuple(k for _, _, k in mine),
+                )
+                break
+        if edge is None:
+            out.append(step)
+            continue
+        predicates[step.predicate] = replace(predicates[step.predicate], edge=edge)
+        out.append(replace(step, lookup=True))
+    return out
+
+
 def check_tables(steps: list[JoinStep], aliases: list[AliasInfo], tables: dict) -> None:
     """Refuse step tables whose SteM can never be complete, and streams where no step
     can be exact (see docs/streaming.md)."""
@@ -208,11 +249,13 @@ def check_tables(steps: list[JoinStep], aliases: list[AliasInfo], tables: dict) 
     for step in steps:
         table: CatalogTable = tables[aliases[step.alias].table]
         name = aliases[step.alias].table
-        if not table.scans:
-            raise UnsupportedQueryError(
-                f"table {name!r} has no scan access method: an outer join or a subquery "
-                "over it needs its whole SteM (lookups never complete it)"
+        if not table.scans and not step.lookup:
+            what = (
+                f"a {step.kind.upper()} JOIN needs its whole SteM (lookups never complete it)"
+                if step.kind in ("right", "full")
+                else "the join's equalities bind none of its index AMs (columns of one table)"
             )
+            raise UnsupportedQueryError(f"table {name!r} has no scan access method, and {what}")
         if table.stream is not None:
             raise UnsupportedQueryError(
                 f"table {name!r} is a stream: its SteM is never complete, so an outer join's "

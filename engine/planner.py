@@ -260,6 +260,7 @@ def plan_query(sql: str, catalog: Catalog) -> Plan:
             f"the query has {len(predicates)} predicates and join steps; at most "
             f"{MAX_PREDICATES} are supported (Done bits are a 63-bit mask)"
         )
+    steps = join_steps.lookup_steps(steps, predicates, aliases, sources)
     join_steps.check_tables(steps, aliases, sources)
     graph = QueryGraph(aliases, predicates, access=_access_methods(sources))
     if steps:
@@ -553,7 +554,7 @@ def _index_kinds(graph: QueryGraph, scope: BaseScope) -> dict[str, dict]:
     """
     kinds: dict[str, dict[tuple[str, ...], list[str]]] = {t: {} for t in graph.stem_tables}
     for p in graph.predicates:
-        if p.edge is None:
+        if p.edge is None or p.step:  # a JoinStep's edge binds lookups; it hashes itself
             continue
         for alias in (p.edge.left, p.edge.right):
             table = graph.aliases[alias].table
@@ -611,8 +612,9 @@ def _destinations(graph: QueryGraph) -> list[Destination]:
                     target_alias=a.index,
                 )
             )
+        looked_up = {s.alias for s in graph.steps if s.lookup}
         for a in graph.aliases:
-            if not region >> a.index & 1:
+            if not region >> a.index & 1 and a.index not in looked_up:
                 continue
             for am in graph.indexes_of(a.table):
                 dests.append(

@@ -42,6 +42,7 @@ from eddies.modules.key_encoding import (
     uses_dictionary,
     validity,
 )
+from eddies.modules.key_set import bind_columns
 from eddies.modules.stem import SteM
 from eddies.router.expressions import Expr, evaluate, evaluate_async
 from eddies.router.messages import Work
@@ -164,8 +165,10 @@ class JoinStepModule(Module):
         return [evaluate(e, env, len(pos)) for e in exprs]
 
     def _prepare(self) -> None:
-        if self._stored is not None:
-            return
+        if self._stored is not None and not (
+            self.step.lookup and len(self.stem) != len(self._stored)
+        ):
+            return  # an index-only table's SteM grows with lookups: hashed again then
         step = self.step
         self._stored = self.stem.stored_rows()
         self._hit = np.zeros(len(self._stored), dtype=bool)
@@ -256,6 +259,40 @@ class JoinStepModule(Module):
         if work.flush:
             return self._flush()
         batch = work.batch
+        outputs: list[TupleBatch] = []
+        if self.step.lookup:
+            covered = self._eots_held(batch)
+            if not covered.all():
+                sig = batch.signature
+                bounced = batch.take(~covered).with_signature(
+                    Signature(sig.span, sig.done, True, self._bit, sig.looked)
+                )
+                outputs.append(bounced)  # the eddy holds them until the next build
+                if not covered.any():
+                    return outputs
+                batch = batch.take(covered)
+        return outputs + await self._answer(batch)
+
+    def _eots_held(self, batch: TupleBatch) -> np.ndarray:
+        """EOT-gated step: per tuple, whether the SteM holds every match — an EOT of one
+        of the index AMs its key binds is held, or the key is NULL (nothing matches)."""
+        graph, alias = self.graph, self.step.alias
+        edge = graph.predicates[self.step.predicate].edge
+        probe_alias = edge.other(alias)
+        schema = self.stem.store.schema
+        covered = np.zeros(len(batch), dtype=bool)
+        for am in graph.bindable(edge, alias):
+            cols = tuple(edge.side(probe_alias)[edge.side(alias).index(c)] for c in am.on)
+            values, usable = bind_columns(
+                self.stores[probe_alias],
+                cols,
+                [schema.field(c).type for c in am.on],
+                batch.rows[probe_alias],
+            )
+            covered |= ~usable | self.stem.eots[am.on].contains(values)
+        return covered
+
+    async def _answer(self, batch: TupleBatch) -> list[TupleBatch]:
         kind = self.step.kind
         outputs: list[TupleBatch] = []
         joins = kind in ("inner", "left", "right", "full")

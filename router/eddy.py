@@ -165,6 +165,12 @@ class Eddy:
             for d in routing_table.destinations
             if d.kind is DestinationKind.STEP
         }
+        # JoinSteps over index-only tables: their destinations' tables, and per table the
+        # builds finished so far (a step's bounced tuples wait for the next one).
+        self._step_tables = {
+            step_dest[s.alias]: graph.aliases[s.alias].table for s in graph.steps if s.lookup
+        }
+        self._builds: dict[str, int] = {}
         self._flushes: deque[tuple[int, int]] = deque(
             (step_dest[s.alias], s.prefix) for s in graph.steps if s.kind in ("right", "full")
         )
@@ -325,8 +331,13 @@ class Eddy:
             built_table = self._build_tables.get(message.destination)
             if message.final and built_table is not None and not self._looked_up(message):
                 self._unbuilt[built_table] = self._unbuilt.get(built_table, 0) - message.tuples_in
+            if message.final and built_table is not None:
+                self._builds[built_table] = self._builds.get(built_table, 0) + 1
+            step_table = self._step_tables.get(message.destination)
             for b in message.outputs:
-                if b.signature.floating and b.signature.prior:
+                if step_table is not None and b.signature.prior:
+                    self._park_for_eots(step_table, b, message.work)
+                elif b.signature.floating and b.signature.prior:
                     self._park(b)
                 elif len(b) or b.eot is not None:
                     self._buffer(b)
@@ -412,6 +423,15 @@ class Eddy:
         except trio.BrokenResourceError:
             raise _ModuleEnded(self.routing_table.destinations[destination].module) from None
         self._in_flight += 1
+
+    def _park_for_eots(self, table: str, batch: TupleBatch, work: Work | None) -> None:
+        """Hold tuples an EOT-gated JoinStep bounced (their lookups' EOTs were not in its
+        SteM yet) until ``table``'s next build — unless one finished since they were sent,
+        which may have brought the EOTs already."""
+        if work is not None and self._builds.get(table, 0) > work.builds_seen:
+            self._buffer(batch)
+        else:
+            self._parked.setdefault(table, []).append(batch)
 
     def _park(self, batch: TupleBatch) -> None:
         """Hold a floating batch bounced by an incomplete SteM until that SteM changes —
@@ -586,8 +606,12 @@ class Eddy:
             self.checker.check_route(batch, destination)
         edge = entry.edge_of(destination)
         now = time.perf_counter()
+        work = Work(destination, batch, edge, routed_at=now)
+        step_table = self._step_tables.get(destination)
+        if step_table is not None:
+            work.builds_seen = self._builds.get(step_table, 0)
         try:
-            self.queues[destination].send_nowait(Work(destination, batch, edge, routed_at=now))
+            self.queues[destination].send_nowait(work)
         except trio.BrokenResourceError:
             raise _ModuleEnded(self.routing_table.destinations[destination].module) from None
         self._in_flight += 1

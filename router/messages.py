@@ -51,6 +51,8 @@ class Work:
     # A RIGHT / FULL JoinStep's flush: emit its SteM's unmatched tuples, NULL-padded (sent
     # once, when nothing can probe the step any more; the batch is empty).
     flush: bool = False
+    # For a JoinStep over an index-only table: the table's finished builds when routed.
+    builds_seen: int = 0
 
 
 @dataclass(slots=True)

@@ -121,6 +121,9 @@ class JoinStep:
     done_before: int = 0
     stored_filter: Expr | None = None
     notin_key: tuple | None = None
+    # The table has no scan AM: tuples first look their keys up in its index AMs (the step
+    # predicate's ``edge`` binds them), and the step answers those whose EOTs are held.
+    lookup: bool = False
 
 
 @dataclass

@@ -255,6 +255,19 @@ class RoutingTable:
         if step is None:  # complete tuples were sent to the output above
             return RouteEntry((), ())
         table = graph.aliases[step.alias].table
+        if step.lookup:  # EOT-gated: look the keys up first; the step checks the EOTs
+            if (sig.looked | sig.prior) >> step.alias & 1:
+                return RouteEntry((self._step[step.alias],), (None,))
+            lookups = self.live_lookups(step.alias, step.predicate)
+            if not lookups:
+                return RouteEntry((), (), stranded=table)
+            alternatives = {lookups[0]: tuple(lookups)} if len(lookups) > 1 else {}
+            return RouteEntry(
+                (lookups[0],),
+                (step.predicate,),
+                alternatives=alternatives,
+                alternative_edges=dict.fromkeys(lookups, step.predicate),
+            )
         return RouteEntry((self._step[step.alias],), (None,), gate=table)
 
     def _binds_index_only(self, target: int, edge: int) -> bool:

@@ -14,12 +14,13 @@ import os
 
 import pyarrow as pa
 import pytest
+import trio
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from oracle import assert_same_bag, check_all, duckdb_table, make_catalog
 from test_differential import tables_st
 
-from eddies.engine import Catalog, UnsupportedQueryError, execute, explain
+from eddies.engine import Catalog, DataSourceError, UnsupportedQueryError, execute, explain
 
 POLICIES = ("lottery", "rank", "bandit", "random", "static")
 EXAMPLES = int(os.environ.get("EDDIES_OUTER_EXAMPLES", "50"))
@@ -110,8 +111,10 @@ def _cat() -> Catalog:
 
 
 # ------------------------------------------------------------------------ index AMs, mirrors
-def _lookup_over(table: pa.Table):
+def _lookup_over(table: pa.Table, yields: int = 0):
     async def lookup(bind: dict) -> pa.Table:
+        for _ in range(hash(tuple(sorted(bind.items()))) % yields if yields else 0):
+            await trio.lowlevel.checkpoint()  # lookups finish out of order
         mask = None
         for col, value in bind.items():
             same = pa.compute.equal(table[col], pa.scalar(value, table.schema.field(col).type))
@@ -187,12 +190,49 @@ def test_refused_by_name(sql, words):
     assert words.lower() in str(info.value).lower()
 
 
-def test_index_only_step_table_is_refused():
+@pytest.mark.parametrize("mirrors", [1, 2])
+@pytest.mark.parametrize(
+    "sql",
+    [
+        "SELECT * FROM a LEFT JOIN b ON a.k = b.k AND b.w > 1 AND a.v > 10",
+        "SELECT * FROM a WHERE NOT EXISTS (SELECT 1 FROM b WHERE b.k = a.k)",
+        "SELECT * FROM a WHERE a.k IN (SELECT k FROM b)",
+        "SELECT * FROM a WHERE a.v / 10 NOT IN (SELECT b.w FROM b WHERE b.k = a.k)",
+        "SELECT * FROM a JOIN c ON a.k = c.k LEFT JOIN b ON b.k = c.k",
+        "SELECT * FROM a LEFT JOIN c ON a.k = c.k LEFT JOIN b ON b.k = c.k",  # NULL keys
+    ],
+)
+def test_index_only_step_table_waits_for_eots(sql, mirrors):
+    # b has no scan: each tuple looks its key up first, and the step answers it once the
+    # lookup's EOT is in b's SteM (lookups yield, so they finish out of order).
+    cat = Catalog()
+    cat.add_table("a", A)
+    cat.add_table("c", C)
+    for i in range(mirrors):
+        cat.add_index("b", B.schema, on=["k"], lookup=_lookup_over(B, 3), access_name=f"b{i}")
+    expected = duckdb_table(sql, TABLES)
+    for policy in POLICIES:
+        for bs in BATCH_SIZES:
+            ours = execute(sql, cat, policy=policy, batch_size=bs, debug=bs is not None, seed=2)
+            ctx = f"mirrors={mirrors} policy={policy} batch_size={bs}"
+            assert_same_bag(ours, sql, TABLES, context=ctx, expected=expected)
+
+
+@pytest.mark.parametrize(
+    ("sql", "words"),
+    [
+        ("SELECT * FROM a RIGHT JOIN b ON a.k = b.k", "whole SteM"),
+        ("SELECT * FROM a LEFT JOIN b ON a.k < b.k", "bind none of its index AMs"),
+        ("SELECT * FROM a WHERE a.k NOT IN (SELECT k FROM b)", "bind none"),
+    ],
+)
+def test_index_only_step_table_refused_where_lookups_cannot_answer(sql, words):
     cat = Catalog()
     cat.add_table("a", A)
     cat.add_index("b", B.schema, on=["k"], lookup=_lookup_over(B))
-    with pytest.raises(UnsupportedQueryError, match="no scan access method"):
-        execute("SELECT * FROM a LEFT JOIN b ON a.k = b.k", cat)
+    with pytest.raises(UnsupportedQueryError, match="no scan access method") as info:
+        execute(sql, cat)
+    assert words in str(info.value)
 
 
 # ------------------------------------------------------------------------------- streams
@@ -304,3 +344,14 @@ def test_outer_joins_and_subqueries_property(scenario):
         ours = execute(sql, cat, policy=run_policy, batch_size=bs, debug=bs is not None, seed=1)
         ctx = f"policy={run_policy} batch_size={bs}"
         assert_same_bag(ours, sql, tables, context=ctx, expected=expected)
+
+
+def test_index_only_step_table_whose_lookups_fail_fails_the_query():
+    async def down(bind: dict) -> pa.Table:
+        raise ConnectionError("down")
+
+    cat = Catalog()
+    cat.add_table("a", A)
+    cat.add_index("b", B.schema, on=["k"], lookup=down, retries=0)
+    with pytest.raises(DataSourceError, match="every access method"):
+        execute("SELECT * FROM a LEFT JOIN b ON a.k = b.k", cat)
