@@ -15,6 +15,11 @@ when every source is done and nothing is in flight, and the step emits those tup
 NULL-padded on the whole null-supplying side (row id -1, see
 ``modules.base.gather_nullable``).
 
+A step table with no scan AM is *EOT-gated* instead (``JoinStep.lookup``): tuples
+look their keys up in its index AMs first, and the step answers those whose lookups' EOTs
+the SteM holds, bouncing the others (marked ``prior``) for the eddy to hold until the
+table's next build.
+
 Kinds (``JoinStep.kind``): ``inner``, ``left``, ``right``, ``full``; ``semi`` (EXISTS,
 IN), ``anti`` (NOT EXISTS) and ``notin`` (NOT IN, three-valued: a NULL among the
 subquery's values, or a NULL probe value against a non-empty subquery, gives NULL, so
