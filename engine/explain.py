@@ -101,6 +101,8 @@ def explain_plan(plan: Plan) -> str:
     lines += ["", "predicates (SMs; Done bits):"]
     for p in graph.predicates:
         role = " — equi-join edge: SteM probe key, or SM when closing a cycle" if p.edge else ""
+        if p.step:
+            role = " — join step" + (" (its edge binds the lookups)" if p.edge else "")
         lines.append(f"  {p.name}: {p.sql}  [{', '.join(graph.alias_names(p.alias_mask))}]{role}")
     if not graph.predicates:
         lines.append("  none")
@@ -108,14 +110,15 @@ def explain_plan(plan: Plan) -> str:
         region = ", ".join(graph.alias_names(graph.region_mask))
         lines += [
             "",
-            f"join steps (after the region {{{region}}}, in order; each probes a complete SteM):",
+            f"join steps (after the region {{{region}}}, in order; each probes a complete SteM or holds its lookups' EOTs):",
         ]
         for step in graph.steps:
             alias = graph.aliases[step.alias].name
             lines.append(
                 f"  step:{alias}  {step.kind} ({len(step.keys)} hashed key(s)"
                 f"{', residual' if step.residual is not None else ''}"
-                f"{', stored filter' if step.stored_filter is not None else ''}): {step.sql}"
+                f"{', stored filter' if step.stored_filter is not None else ''}"
+                f"{', EOT-gated: looks its keys up first' if step.lookup else ''}): {step.sql}"
             )
     lines += [
         "",
