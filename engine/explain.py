@@ -110,7 +110,8 @@ def explain_plan(plan: Plan) -> str:
         region = ", ".join(graph.alias_names(graph.region_mask))
         lines += [
             "",
-            f"join steps (after the region {{{region}}}, in order; each probes a complete SteM or holds its lookups' EOTs):",
+            f"join steps (after the region {{{region}}}, in order; each probes a complete "
+            "SteM, or one holding its lookups' EOTs):",
         ]
         for step in graph.steps:
             alias = graph.aliases[step.alias].name
