@@ -45,6 +45,12 @@ def _successors(plan: Plan, table: RoutingTable, sig: Signature) -> list[Signatu
             out.append(dataclasses.replace(sig, done=sig.done | bit))
         elif dest.kind is DestinationKind.FILTER:
             out.append(dataclasses.replace(sig, done=sig.done | dest.bit))
+        elif dest.kind is DestinationKind.STEP:
+            step = graph.step_of(dest.target_alias)
+            bit = graph.predicates[step.predicate].bit
+            out.append(Signature(sig.span | 1 << dest.target_alias, sig.done | bit, True))
+            if step.kind in ("right", "full"):  # the flush: NULL-padded stored tuples
+                out.append(Signature(sig.span | 1 << step.alias, step.done_before | bit, True))
         elif dest.kind is DestinationKind.PROBE and sig.floating:
             bit = graph.predicates[edge].bit if edge is not None else 0
             span = sig.span | 1 << dest.target_alias
@@ -104,6 +110,8 @@ def explain_plan(plan: Plan) -> str:
     lines += ["", "predicates (SMs; Done bits):"]
     for p in graph.predicates:
         role = " — equi-join edge: SteM probe key, or SM when closing a cycle" if p.edge else ""
+        if p.step:
+            role = " — join step" + (" (its edge binds the lookups)" if p.edge else "")
         lines.append(f"  {p.name}: {p.sql}  [{', '.join(graph.alias_names(p.alias_mask))}]{role}")
     if not graph.predicates:
         lines.append("  none")
@@ -116,6 +124,21 @@ def explain_plan(plan: Plan) -> str:
             lines.append(
                 f"  {d.name}: tuples spanning {other} and not {graph.aliases[d.target_alias].name}"
                 f" pass only if stem:{d.table} holds their {p.name} key"
+            )
+    if graph.steps:
+        region = ", ".join(graph.alias_names(graph.region_mask))
+        lines += [
+            "",
+            f"join steps (after the region {{{region}}}, in order; each probes a complete "
+            "SteM, or one holding its lookups' EOTs):",
+        ]
+        for step in graph.steps:
+            alias = graph.aliases[step.alias].name
+            lines.append(
+                f"  step:{alias}  {step.kind} ({len(step.keys)} hashed key(s)"
+                f"{', residual' if step.residual is not None else ''}"
+                f"{', stored filter' if step.stored_filter is not None else ''}"
+                f"{', EOT-gated: looks its keys up first' if step.lookup else ''}): {step.sql}"
             )
     lines += [
         "",
@@ -149,7 +172,12 @@ def explain_plan(plan: Plan) -> str:
             built = " (floating: never built)" + (
                 f" (probes {','.join(graph.alias_names(sig.prior))} again)" if sig.prior else ""
             )
-        target = " | ".join(names) or "(none: dropped — the floating tuples make every result)"
+        dropped = (
+            "(none: dropped — only its join step reads this SteM)"
+            if graph.steps
+            else "(none: dropped — the floating tuples make every result)"
+        )
+        target = " | ".join(names) or dropped
         lines.append(f"  span {{{span}}}{built} done {{{done}}} -> {target}")
         queue.extend(s for s in _successors(plan, table, sig) if s not in seen)
     if queue:

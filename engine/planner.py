@@ -16,6 +16,10 @@ can run at all given the bind-field constraints of index AMs (step 1, Nail's alg
 a table is reachable if it has a scan AM, or an index AM whose bind columns an equi-join
 with a reachable table binds).
 
+Outer joins and [NOT] IN / [NOT] EXISTS subqueries become JoinSteps
+(``engine/join_steps.py``): joins against a complete SteM, taken in FROM order after the
+inner-join region the eddy orders freely.
+
 Aggregation, HAVING, DISTINCT, ORDER BY and LIMIT run above the eddy, as in the PostgreSQL
 implementation (eddies-in-postgresql §2).
 """
@@ -29,6 +33,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from sqlglot import exp
 
+from eddies.engine import join_steps
 from eddies.engine.catalog import Catalog, CatalogTable
 from eddies.engine.compile import compile_expr
 from eddies.engine.errors import (
@@ -248,12 +253,35 @@ def plan_query(sql: str, catalog: Catalog) -> Plan:
     # This query's own copies: its calls of each function share one limit, cache and stats.
     udf_stats: dict[str, UdfStats] = {}
     functions = {name: f.for_query(udf_stats) for name, f in catalog.functions.items()}
-    scope = BaseScope(aliases, [sources[a.table].schema for a in aliases], functions)
-    types = scope.types()
+    scope = BaseScope(list(aliases), [sources[a.table].schema for a in aliases], functions)
+    n_from = len(aliases)
+    refs = join_steps.subquery_refs(block)
+    join_steps.subquery_aliases(refs, aliases, catalog, sources)
+    types = BaseScope(aliases, [sources[a.table].schema for a in aliases], functions).types()
     _plan_joins(block, scope)
 
+    m, region, delayed, steps = join_steps.plan_steps(
+        block,
+        scope,
+        types,
+        aliases,
+        refs,
+        {a.index: sources[a.table].schema for a in aliases[n_from:]},
+    )
+    block.conjuncts = region
     predicates = _plan_predicates(block, scope, types)
+    steps = join_steps.add_step_predicates(predicates, delayed, steps, types)
+    if len(predicates) > MAX_PREDICATES:
+        raise UnsupportedQueryError(
+            f"the query has {len(predicates)} predicates and join steps; at most "
+            f"{MAX_PREDICATES} are supported (Done bits are a 63-bit mask)"
+        )
+    steps = join_steps.lookup_steps(steps, predicates, aliases, sources)
+    join_steps.check_tables(steps, aliases, sources)
     graph = QueryGraph(aliases, predicates, access=_access_methods(sources))
+    if steps:
+        graph.steps = steps
+        graph.region = (1 << m) - 1
     _check_bindings(graph, block)
     if len(aliases) > 1:
         graph.unbuilt = _unbuilt_tables(graph, sources)
@@ -329,7 +357,9 @@ def _prune_scans(plan: Plan, block: QueryBlock, scope: BaseScope) -> None:
 def _plan_joins(block: QueryBlock, scope: BaseScope) -> None:
     """Resolve JOIN ... USING and NATURAL JOIN into equalities (added to
     ``block.conjuncts``) and merged columns (``scope.merged``), as DuckDB does; check that
-    each ON clause names only tables joined so far. Raises UnknownColumnError."""
+    each ON clause names only tables joined so far. Raises UnknownColumnError. From the
+    first outer join on, the equalities go to the join's ON terms instead."""
+    first_outer = next((s.index for s in block.joins if s.side), len(block.tables))
     for spec in block.joins:
         right = spec.index
         if spec.kind == "on":
@@ -400,7 +430,10 @@ def _plan_joins(block: QueryBlock, scope: BaseScope) -> None:
             if ident is not None:  # errors about the equality point at the USING column
                 for column in equality.find_all(exp.Identifier):
                     column.meta.update(ident.meta)
-            block.conjuncts.append(equality)
+            if spec.index >= first_outer:  # a JoinStep's condition (engine/join_steps.py)
+                spec.on.append(equality)
+            else:
+                block.conjuncts.append(equality)
 
 
 def _plan_predicates(
@@ -580,7 +613,7 @@ def _index_kinds(graph: QueryGraph, scope: BaseScope) -> dict[str, dict]:
     """
     kinds: dict[str, dict[tuple[str, ...], list[str]]] = {t: {} for t in graph.stem_tables}
     for p in graph.predicates:
-        if p.edge is None:
+        if p.edge is None or p.step:  # a JoinStep's edge binds lookups; it hashes itself
             continue
         for alias in (p.edge.left, p.edge.right):
             table = graph.aliases[alias].table
@@ -606,19 +639,34 @@ def _destinations(graph: QueryGraph) -> list[Destination]:
             )
         )
     for p in graph.predicates:
+        if not p.step:
+            dests.append(
+                Destination(
+                    len(dests),
+                    p.name,
+                    DestinationKind.SM,
+                    p.name,
+                    predicate=p.index,
+                    cheap=not p.expr.udf_calls(),
+                )
+            )
+    for step in graph.steps:
+        a = graph.aliases[step.alias]
         dests.append(
             Destination(
                 len(dests),
-                p.name,
-                DestinationKind.SM,
-                p.name,
-                predicate=p.index,
-                cheap=not p.expr.udf_calls(),
+                f"step:{a.name}",
+                DestinationKind.STEP,
+                f"step:{a.name}",
+                table=a.table,
+                target_alias=a.index,
+                predicate=step.predicate,
             )
         )
+    region = graph.region_mask
     if graph.stem_tables:
         for a in graph.aliases:
-            if a.table not in graph.stem_tables:
+            if a.table not in graph.stem_tables or not region >> a.index & 1:
                 continue
             dests.append(
                 Destination(
@@ -630,7 +678,10 @@ def _destinations(graph: QueryGraph) -> list[Destination]:
                     target_alias=a.index,
                 )
             )
+        looked_up = {s.alias for s in graph.steps if s.lookup}
         for a in graph.aliases:
+            if not region >> a.index & 1 and a.index not in looked_up:
+                continue
             for am in graph.indexes_of(a.table):
                 dests.append(
                     Destination(
@@ -653,8 +704,9 @@ def _filters(graph: QueryGraph, first_id: int) -> list[Destination]:
     """SteM filters (see eddies.router.routing_table): one per equi-join edge and side
     whose table has one alias, one AM (a scan) and a SteM; none when a table is never
     built (relaxed BuildFirst: the floating tuples make every result). Their Done bits
-    follow the predicates' bits."""
-    if graph.unbuilt:
+    follow the predicates' bits. None either in a query with join steps (outer joins,
+    subqueries): a filter drops the tuples an outer or anti-join must keep."""
+    if graph.unbuilt or graph.steps:
         return []
     filters: list[Destination] = []
     for p in graph.predicates:

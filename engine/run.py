@@ -23,6 +23,7 @@ from eddies.engine.options import RunOptions
 from eddies.engine.planner import Plan
 from eddies.modules.base import Module, process_inline
 from eddies.modules.index_am import IndexAM
+from eddies.modules.join_step import JoinStepModule
 from eddies.modules.output import OutputModule
 from eddies.modules.scan import ScanAM
 from eddies.modules.selection import SelectionModule
@@ -121,7 +122,12 @@ def lower(
     stems = _stems(plan, stores, scanned, alias_clocks, ledger, filters)
     modules: dict[str, Module] = {f"stem:{t}": stem for t, stem in stems.items()}
     for p in graph.predicates:
-        modules[p.name] = SelectionModule(p, stores, ledger)
+        if not p.step:
+            modules[p.name] = SelectionModule(p, stores, ledger)
+    for step in graph.steps:
+        table = graph.aliases[step.alias].table
+        module = JoinStepModule(step, graph, stores, stems[table])
+        modules[module.name] = module
     modules["output"] = OutputModule(
         plan.output_columns,
         [f"{graph.aliases[a].name}.{c}" for a, c in plan.output_columns],

@@ -1,8 +1,10 @@
 """Parse SQL with sqlglot and check it is a query block eddies runs.
 
 The supported shape is one SELECT block: a select list (with ``* EXCLUDE`` / ``REPLACE``),
-FROM with comma joins, [INNER] JOIN ... ON / USING, NATURAL JOIN and CROSS JOIN, WHERE,
-GROUP BY, HAVING, DISTINCT, ORDER BY, LIMIT/OFFSET. Strictness comes in three layers,
+FROM with comma joins, [INNER] JOIN ... ON / USING, NATURAL JOIN, CROSS JOIN and
+LEFT / RIGHT / FULL [OUTER] JOIN, WHERE (with ``[NOT] IN`` / ``[NOT] EXISTS`` subqueries
+as top-level conjuncts, planned by engine/join_steps.py), GROUP BY, HAVING, DISTINCT,
+ORDER BY, LIMIT/OFFSET. Strictness comes in three layers,
 each raising an EddiesError that names the construct and its line and column:
 
 1. the text: sqlglot's tokenizer and parser (``ErrorLevel.IMMEDIATE``); their errors
@@ -112,14 +114,19 @@ class JoinSpec:
     node: exp.Join
     on: list[exp.Expression] = field(default_factory=list)
     using: list[exp.Identifier] = field(default_factory=list)
+    side: str = ""  # "left", "right" or "full" for an outer join (kind "on")
 
 
 @dataclass
 class QueryBlock:
     """A parsed, shape-checked SELECT block (sqlglot nodes, not yet resolved).
 
-    ``conjuncts`` are WHERE's and every ON clause's top-level AND terms; the equalities that
-    USING and NATURAL JOIN imply are added by the planner, which knows the columns.
+    ``conjuncts`` are WHERE's top-level AND terms (the first ``n_where``), then those of
+    every ON clause before the first outer join; the equalities that USING and NATURAL
+    JOIN imply are added by the planner, which knows the columns. From the first outer
+    join on, a join's ON terms stay in its JoinSpec (engine/join_steps.py plans them).
+    ``subqueries``: the WHERE conjuncts that are ``[NOT] EXISTS (SELECT ...)`` or
+    ``x [NOT] IN (SELECT ...)``, taken out of ``conjuncts``.
     """
 
     sql: str
@@ -133,6 +140,8 @@ class QueryBlock:
     limit: int | None = None
     offset: int = 0
     joins: list[JoinSpec] = field(default_factory=list)
+    n_where: int = 0
+    subqueries: list[exp.Expression] = field(default_factory=list)
 
 
 def conjuncts_of(node: exp.Expression | None) -> list[exp.Expression]:
@@ -352,15 +361,22 @@ def parse_query(sql: str, functions: Collection[str] = ()) -> QueryBlock:
         raise UnsupportedQueryError(f"a query without FROM is not supported: {describe(root)}")
     tables = [_table_ref(from_clause.this)]
     conjuncts = conjuncts_of(root.args.get("where") and root.args["where"].this)
+    subqueries = [c for c in conjuncts if subquery_of(c) is not None]
+    conjuncts = [c for c in conjuncts if subquery_of(c) is None]
+    _refuse_other_subqueries(root, subqueries)
+    n_where = len(conjuncts)
     specs: list[JoinSpec] = []
     group = 0
+    outer = False
     for join in root.args.get("joins") or []:
         tables.append(_table_ref(join.this))
         spec = _join_spec(sql, tokens, join, len(tables) - 1, group)
         if spec.kind == "comma":
             group = spec.index
             spec.group = group
-        conjuncts += spec.on
+        outer = outer or bool(spec.side)
+        if not outer:
+            conjuncts += spec.on
         specs.append(spec)
     if len(tables) > MAX_TABLES:
         raise UnsupportedQueryError(
@@ -386,7 +402,45 @@ def parse_query(sql: str, functions: Collection[str] = ()) -> QueryBlock:
         limit=_int_clause(root.args.get("limit"), "LIMIT"),
         offset=_int_clause(root.args.get("offset"), "OFFSET") or 0,
         joins=specs,
+        n_where=n_where,
+        subqueries=subqueries,
     )
+
+
+def subquery_of(node: exp.Expression) -> exp.Select | None:
+    """The SELECT of a WHERE conjunct ``[NOT] EXISTS (SELECT ...)`` or ``x [NOT] IN
+    (SELECT ...)``, else None."""
+    while isinstance(node, exp.Not | exp.Paren):
+        node = node.this
+    if isinstance(node, exp.Exists) and isinstance(node.this, exp.Select):
+        return node.this
+    query = node.args.get("query") if isinstance(node, exp.In) else None
+    if isinstance(query, exp.Subquery) and isinstance(query.this, exp.Select):
+        return query.this
+    return None
+
+
+def _refuse_other_subqueries(root: exp.Expression, taken: list[exp.Expression]) -> None:
+    """Subqueries are supported as ``[NOT] EXISTS`` / ``[NOT] IN`` WHERE conjuncts only,
+    one level deep: refuse any other (in the select list, under OR, nested)."""
+    allowed = {id(subquery_of(c)) for c in taken}
+    for node in root.find_all(exp.Exists, exp.Subquery, exp.In):
+        if isinstance(node, exp.In) and node.args.get("query") is None:
+            continue
+        select = node.this if isinstance(node, exp.Exists | exp.Subquery) else None
+        if isinstance(node, exp.In):
+            select = node.args["query"].this
+        if id(select) in allowed:
+            continue
+        if isinstance(node, exp.Subquery) and isinstance(node.parent, exp.In):
+            continue  # reported as its IN
+        what = {exp.Exists: "EXISTS (a subquery)", exp.In: "IN (subquery)"}.get(
+            type(node), "a subquery"
+        )
+        raise UnsupportedQueryError(
+            f"{what} is not supported here (only [NOT] EXISTS / [NOT] IN (SELECT ...) as a "
+            f"top-level WHERE condition, one level deep): {describe(node)}"
+        )
 
 
 def _check_keywords(sql: str, tokens: list[Token], root: exp.Expression) -> None:
@@ -443,9 +497,36 @@ def _place_intervals(tokens: list[Token], root: exp.Expression) -> None:
 def _join_spec(sql: str, tokens: list[Token], join: exp.Join, index: int, group: int) -> JoinSpec:
     """Classify one sqlglot Join (its kind/method values are already allow-listed)."""
     kind = str(join.args.get("kind") or "").upper()
+    side = str(join.args.get("side") or "").lower()
     natural = str(join.args.get("method") or "").upper() == "NATURAL"
     on, using = join.args.get("on"), join.args.get("using") or []
     where = describe(join)
+    if kind == "OUTER" and not side:
+        raise SqlSyntaxError(f"SQL syntax error: OUTER JOIN needs LEFT, RIGHT or FULL: {where}")
+    if side:
+        if side != "left" and (natural or using):
+            # The merged column would be COALESCE(left, right): not modelled.
+            raise UnsupportedQueryError(
+                f"{side.upper()} JOIN with USING / NATURAL is not supported (write ON): {where}"
+            )
+        if kind == "CROSS":
+            raise SqlSyntaxError(f"SQL syntax error: CROSS JOIN has no side: {where}")
+        if natural:
+            if on is not None or using:
+                raise SqlSyntaxError(
+                    f"SQL syntax error: NATURAL JOIN takes no ON or USING: {where}"
+                )
+            return JoinSpec(index, "natural", group, join, side=side)
+        if using:
+            if on is not None:
+                raise SqlSyntaxError(f"SQL syntax error: a JOIN has either ON or USING: {where}")
+            for ident in using:
+                if not isinstance(ident, exp.Identifier):
+                    raise UnsupportedQueryError(f"USING takes column names: {describe(ident)}")
+            return JoinSpec(index, "using", group, join, using=list(using), side=side)
+        if on is None:
+            raise SqlSyntaxError(f"SQL syntax error: {side.upper()} JOIN needs ON: {where}")
+        return JoinSpec(index, "on", group, join, on=conjuncts_of(on), side=side)
     if natural:
         if on is not None or using or kind == "CROSS":
             raise SqlSyntaxError(

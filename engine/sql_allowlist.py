@@ -33,7 +33,7 @@ ALLOWED: dict[type[exp.Expression], frozenset[str]] = {
         | {"offset", "distinct", "with_", "qualify"}  # WITH, QUALIFY: composite.py
     ),
     exp.From: _UNARY,
-    exp.Join: frozenset({"this", "on", "using", "kind", "method"}),
+    exp.Join: frozenset({"this", "on", "using", "kind", "method", "side"}),  # side: outer joins
     exp.Table: frozenset({"this", "alias"}),
     # FROM read_parquet('path') / read_csv('path'): one string, no options (sql.py)
     exp.ReadParquet: frozenset({"expressions"}),
@@ -75,7 +75,9 @@ ALLOWED: dict[type[exp.Expression], frozenset[str]] = {
     exp.Or: _BINARY,
     exp.DPipe: frozenset({"this", "expression", "safe"}),  # safe: DuckDB's NULL-propagating ||
     exp.Between: frozenset({"this", "low", "high"}),
-    exp.In: frozenset({"this", "expressions"}),
+    exp.In: frozenset({"this", "expressions", "query"}),  # query: [NOT] IN (SELECT ...)
+    exp.Subquery: _UNARY,  # only as IN's query: sql.py refuses it elsewhere
+    exp.Exists: _UNARY,  # [NOT] EXISTS (SELECT ...) as a WHERE conjunct (sql.py)
     exp.Like: _NEGATABLE,
     exp.ILike: _NEGATABLE,
     exp.Escape: _BINARY,  # [NOT] [I]LIKE ... ESCAPE 'c': compile.py checks its operands
@@ -228,7 +230,7 @@ REQUIRED: dict[type[exp.Expression], frozenset[str]] = {
     exp.Paren: _UNARY,
     exp.Neg: _UNARY,
     exp.Not: _UNARY,
-    exp.In: frozenset({"this", "expressions"}),
+    exp.In: frozenset({"this"}),
     exp.Between: frozenset({"this", "low", "high"}),
     exp.Case: frozenset({"ifs"}),
     exp.If: frozenset({"this", "true"}),
@@ -251,7 +253,8 @@ REQUIRED: dict[type[exp.Expression], frozenset[str]] = {
 
 #: Arguments whose values are restricted (compared upper-case).
 VALUES: dict[tuple[type[exp.Expression], str], frozenset[str]] = {
-    (exp.Join, "kind"): frozenset({"INNER", "CROSS"}),
+    (exp.Join, "kind"): frozenset({"INNER", "CROSS", "OUTER"}),
+    (exp.Join, "side"): frozenset({"LEFT", "RIGHT", "FULL"}),
     (exp.Join, "method"): frozenset({"NATURAL"}),
 }
 
@@ -296,7 +299,6 @@ _ARG_NAMES: dict[tuple[type[exp.Expression], str], str] = {
     (exp.TableAlias, "columns"): "column aliases on a table (t AS x(a, b))",
     (exp.Column, "db"): "a column qualified by schema (schema.table.column)",
     (exp.Column, "catalog"): "a column qualified by catalog",
-    (exp.Join, "side"): "an outer join (LEFT / RIGHT / FULL)",
     (exp.Join, "match_condition"): "ASOF JOIN ... MATCH_CONDITION",
     (exp.Limit, "limit_options"): "LIMIT ... PERCENT / WITH TIES",
     (exp.Limit, "offset"): "LIMIT offset, count",
@@ -322,7 +324,6 @@ _ARG_NAMES: dict[tuple[type[exp.Expression], str], str] = {
     (exp.Star, "ilike"): "* ILIKE",
     (exp.Between, "symmetric"): "BETWEEN SYMMETRIC",
     (exp.DateBin, "unit"): "time_bucket's origin or time zone argument",
-    (exp.In, "query"): "IN (subquery)",
     (exp.In, "unnest"): "IN UNNEST",
     (exp.Min, "count"): "min(x, n) (the n smallest values)",
     (exp.Max, "count"): "max(x, n) (the n largest values)",

@@ -11,7 +11,9 @@ from __future__ import annotations
 import os
 import time
 
+import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import trio
 
 from eddies.router.messages import Returned, Work
@@ -111,8 +113,23 @@ def close_channels(
 def gather_columns(
     batch: TupleBatch, keys: set, stores: dict[int, TableStore]
 ) -> dict[tuple[int, str], pa.Array]:
-    """The columns ``keys`` (``(alias, column)`` pairs) for the tuples of ``batch``."""
-    return {(alias, col): stores[alias].gather(col, batch.rows[alias]) for alias, col in keys}
+    """The columns ``keys`` (``(alias, column)`` pairs) for the tuples of ``batch``; row id
+    -1 (the NULL side of an outer join, or a semi-join's table) gives NULL."""
+    return {
+        (alias, col): gather_nullable(stores[alias], col, batch.rows[alias]) for alias, col in keys
+    }
+
+
+def gather_nullable(store: TableStore, col: str, row_ids: np.ndarray) -> pa.Array:
+    """``store.gather(col, row_ids)`` where row id -1 gives NULL (a NULL-padded tuple)."""
+    if not len(row_ids) or row_ids.min() >= 0:
+        return store.gather(col, row_ids)
+    missing = row_ids < 0
+    dtype = store.schema.field(col).type
+    if missing.all() or len(store) == 0:
+        return pa.nulls(len(row_ids), dtype)
+    values = store.gather(col, np.where(missing, 0, row_ids))
+    return pc.if_else(pa.array(missing), pa.scalar(None, values.type), values)
 
 
 #: Batches at least this large do their vectorized work in a worker thread (NumPy and

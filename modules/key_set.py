@@ -19,6 +19,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from eddies.modules.base import gather_nullable
 from eddies.modules.key_encoding import (
     KeyDictionary,
     encode_column,
@@ -106,7 +107,7 @@ def bind_columns(
     usable = np.ones(n, dtype=bool)
     out: list[pa.Array] = []
     for col, target in zip(columns, types, strict=True):
-        values = store.gather(col, row_ids)
+        values = gather_nullable(store, col, row_ids)  # -1: a NULL-padded tuple
         valid = validity(values)
         if valid is not None:
             usable &= valid

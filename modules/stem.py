@@ -135,6 +135,7 @@ class BuildLedger:
             len(tables) > 1
             and not streams
             and not graph.unbuilt
+            and not graph.steps  # a JoinStep reads its table's whole SteM
             and set(graph.stem_tables) == tables
             and all(
                 len(graph.aliases_of(t)) == 1
@@ -479,6 +480,11 @@ class SteM(Module):
                     keep[unchecked] &= passed
         stored, _, valid = index.encode(self.store, index.columns, rows[keep], grow=False)
         return KeyFilter(stored if valid is None else stored[valid])
+
+    def stored_rows(self) -> np.ndarray:
+        """Row ids of every tuple held (int64, in build order): what a JoinStep reads
+        once the SteM is complete (modules/join_step.py)."""
+        return self._rows.view().copy()
 
     @property
     def complete(self) -> bool:

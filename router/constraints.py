@@ -83,6 +83,17 @@ class ConstraintChecker:
                 self._fail("BuildFirst", f"unbuilt tuples or prior probers sent to {dest.name}")
             if sig.done & dest.bit or sig.span >> dest.target_alias & 1:
                 self._fail("BoundedRepetition", f"tuples routed to {dest.name} twice")
+        if dest.kind is DestinationKind.STEP:
+            step = graph.step_of(dest.target_alias)
+            if not sig.built or step is None or sig.span != step.prefix:
+                self._fail("join order", f"{dest.name} got tuples spanning {sig.span:b}")
+            pending = [
+                p.name
+                for p in graph.predicates
+                if not sig.done & p.bit and p.alias_mask & ~sig.span == 0
+            ]
+            if pending:
+                self._fail("join order", f"{dest.name} before {pending} over its prefix")
         if dest.kind is DestinationKind.SM:
             pred = graph.predicates[dest.predicate]
             if sig.done & pred.bit:

@@ -58,9 +58,10 @@ from eddies.engine.errors import DataSourceError
 from eddies.router.constraints import ConstraintChecker
 from eddies.router.messages import AccessFailed, Returned, SourceBatch, SourceDone, Work
 from eddies.router.policies import HOLD, RoutingPolicy
+from eddies.router.query_graph import AccessKind
 from eddies.router.routing_table import DestinationKind, RoutingTable
 from eddies.router.stats import RunStats
-from eddies.router.tuple_batch import TupleBatch
+from eddies.router.tuple_batch import Signature, TupleBatch
 
 log = structlog.get_logger("eddies.router")
 
@@ -161,6 +162,26 @@ class Eddy:
         self._lookups = {
             d.id for d in routing_table.destinations if d.kind is DestinationKind.LOOKUP
         }
+        self._index_access = {
+            am.id for am in routing_table.graph.access if am.kind is AccessKind.INDEX
+        }
+        # RIGHT / FULL JoinSteps, in step order: flushed one by one once the query is
+        # otherwise finished (see _flush_next).
+        graph = routing_table.graph
+        step_dest = {
+            d.target_alias: d.id
+            for d in routing_table.destinations
+            if d.kind is DestinationKind.STEP
+        }
+        # JoinSteps over index-only tables: their destinations' tables, and per table the
+        # builds finished so far (a step's bounced tuples wait for the next one).
+        self._step_tables = {
+            step_dest[s.alias]: graph.aliases[s.alias].table for s in graph.steps if s.lookup
+        }
+        self._builds: dict[str, int] = {}
+        self._flushes: deque[tuple[int, int]] = deque(
+            (step_dest[s.alias], s.prefix) for s in graph.steps if s.kind in ("right", "full")
+        )
         # Continuous queries: called whenever the eddy may have become idle, and when it
         # ends (see eddies.engine.commit_points); ``ended`` is then True.
         self.on_idle = on_idle
@@ -220,6 +241,9 @@ class Eddy:
                 elif self._fresh_count and not self._admission_blocked():
                     self._route(self._next_fresh())
                 elif self._finished():
+                    if self._flushes:
+                        self._flush_next()
+                        continue
                     break
                 else:
                     if self.on_idle is not None and self.idle():
@@ -305,6 +329,13 @@ class Eddy:
             self._accept(message)
 
     def _accept(self, message: Returned | SourceBatch | SourceDone | AccessFailed) -> None:
+        if isinstance(message, Returned) and message.work is not None and message.work.flush:
+            self._in_flight -= 1
+            self._retry = True
+            for b in message.outputs:
+                if len(b):
+                    self._buffer(b)
+            return
         if isinstance(message, Returned):
             if message.final:
                 self._in_flight -= 1
@@ -329,10 +360,15 @@ class Eddy:
                 self.checker.check_returned(message.destination, message.tuples_in, message.outputs)
             # An empty batch may still carry EOT tuples, which must be built.
             built_table = self._build_tables.get(message.destination)
-            if message.final and built_table is not None:
+            if message.final and built_table is not None and not self._looked_up(message):
                 self._unbuilt[built_table] = self._unbuilt.get(built_table, 0) - message.tuples_in
+            if message.final and built_table is not None:
+                self._builds[built_table] = self._builds.get(built_table, 0) + 1
+            step_table = self._step_tables.get(message.destination)
             for b in message.outputs:
-                if b.signature.floating and b.signature.prior:
+                if step_table is not None and b.signature.prior:
+                    self._park_for_eots(step_table, b, message.work)
+                elif b.signature.floating and b.signature.prior:
                     self._park(b)
                 elif len(b) or b.eot is not None:
                     self._buffer(b)
@@ -411,6 +447,37 @@ class Eddy:
         if self._buffered > self.stats.peak_buffered_tuples:
             self.stats.peak_buffered_tuples = self._buffered
 
+    def _looked_up(self, message: Returned) -> bool:
+        """Whether a build's tuples came from an index AM: ``_unbuilt`` counts only what
+        scans delivered, so lookups' builds must not pay it off."""
+        work = message.work
+        return work is not None and work.batch.origin in self._index_access
+
+    def _complete(self, table: str) -> bool:
+        """The SteM of ``table`` holds every tuple it ever will: its scan has delivered
+        every row and each delivered row has come back from its build (BuildFirst)."""
+        return table in self._scan_done and self._unbuilt.get(table, 0) <= 0
+
+    def _flush_next(self) -> None:
+        """Nothing is in flight and every source is done, so no tuple can probe the next
+        RIGHT / FULL JoinStep any more: ask it for its unmatched tuples, NULL-padded."""
+        destination, prefix = self._flushes.popleft()
+        empty = TupleBatch(Signature(prefix, 0, True), {}, np.zeros(0, dtype=np.int64))
+        try:
+            self.queues[destination].send_nowait(Work(destination, empty, flush=True))
+        except trio.BrokenResourceError:
+            raise _ModuleEnded(self.routing_table.destinations[destination].module) from None
+        self._in_flight += 1
+
+    def _park_for_eots(self, table: str, batch: TupleBatch, work: Work | None) -> None:
+        """Hold tuples an EOT-gated JoinStep bounced (their lookups' EOTs were not in its
+        SteM yet) until ``table``'s next build — unless one finished since they were sent,
+        which may have brought the EOTs already."""
+        if work is not None and self._builds.get(table, 0) > work.builds_seen:
+            self._buffer(batch)
+        else:
+            self._parked.setdefault(table, []).append(batch)
+
     def _park(self, batch: TupleBatch) -> None:
         """Hold a floating batch bounced by an incomplete SteM until that SteM changes —
         unless it is complete by now (its answer raced the last build or the scan's end)."""
@@ -439,7 +506,12 @@ class Eddy:
             return
         dropped = self._fresh_of[index]
         self._fresh_count -= len(dropped)
+        # Never built: no longer owed to the table's SteM (its completion, see _complete).
+        self._unbuilt[source.table] = self._unbuilt.get(source.table, 0) - sum(
+            len(b) for b in dropped
+        )
         dropped.clear()
+        self._unpark(source.table)  # the table's SteM may be complete now
 
     def _access_failed(self, message: AccessFailed) -> None:
         """Route around a failed AM, or fail the query if its table has none left."""
@@ -472,6 +544,8 @@ class Eddy:
         graph = self.routing_table.graph
         if not any(am.id not in self.routing_table.failed for am in graph.indexes_of(table)):
             return False
+        if any(graph.aliases[s.alias].table == table for s in graph.steps):
+            return False  # a JoinStep needs the whole table: lookups cannot complete it
         replays: list[TupleBatch] = []
         for target in graph.aliases_of(table):
             for p in graph.predicates:
@@ -514,6 +588,10 @@ class Eddy:
         entry = self._entry(batch)
         if entry.stranded is not None:
             self._fail_table(entry.stranded)
+        if entry.gate is not None and not self._complete(entry.gate):
+            # A JoinStep probes only a complete SteM: wait for the table's last build.
+            self._parked.setdefault(entry.gate, []).append(batch)
+            return
         if not entry.destinations:  # nothing left to do (see RoutingTable._floating)
             return
         has_room = self._room_of(entry)
@@ -573,6 +651,9 @@ class Eddy:
             self.checker.check_route(batch, destination)
         now = time.perf_counter()
         work = Work(destination, batch, entry.edge_of(destination), routed_at=now)
+        step_table = self._step_tables.get(destination)
+        if step_table is not None:
+            work.builds_seen = self._builds.get(step_table, 0)
         visit = self._inline[destination]
         if visit is None:
             try:

@@ -48,6 +48,11 @@ class Work:
     routed_at: float = 0.0  # perf_counter() when the eddy routed it (for latency estimates)
     # For a continuation: the Work first routed, whose estimate its answers count towards.
     origin: Work | None = None
+    # A RIGHT / FULL JoinStep's flush: emit its SteM's unmatched tuples, NULL-padded (sent
+    # once, when nothing can probe the step any more; the batch is empty).
+    flush: bool = False
+    # For a JoinStep over an index-only table: the table's finished builds when routed.
+    builds_seen: int = 0
 
 
 @dataclass(slots=True)

@@ -67,8 +67,13 @@ class RoutingPolicy:
         self.in_flight_at: dict[Signature, int] = {}  # ... per signature
         capacity = {d.id: d.max_batch for d in destinations if d.max_batch is not None}
         self.access = AccessChooser(rng, capacity=capacity)
-        probes = {d.target_alias: d.id for d in destinations if d.kind is DestinationKind.PROBE}
-        # An index AM's answers also count for the SteM probe that sent it prior probers.
+        probes = {
+            d.target_alias: d.id
+            for d in destinations
+            if d.kind in (DestinationKind.PROBE, DestinationKind.STEP)
+        }
+        # An index AM's answers also count for the SteM probe that sent it prior probers
+        # (or the JoinStep whose keys it looks up).
         self.credit_to = {
             d.id: probes[d.target_alias] for d in destinations if d.kind is DestinationKind.LOOKUP
         }

@@ -55,6 +55,7 @@ class Predicate:
     expr: Expr
     alias_mask: int
     edge: Edge | None = None
+    step: bool = False  # the Done bit of a JoinStep, set by its module (not an SM)
 
     @property
     def bit(self) -> int:
@@ -83,6 +84,48 @@ class AccessInfo:
     max_concurrency: int = 1  # index AMs: lookups in flight at once
 
 
+#: JoinStep kinds: outer joins, inner joins placed after one, and subquery semi/anti-joins.
+STEP_KINDS = ("inner", "left", "right", "full", "semi", "anti", "notin")
+
+
+@dataclass(frozen=True)
+class JoinStep:
+    """A join the eddy does only against a *complete* SteM: an outer join (``left``,
+    ``right``, ``full``), an inner join after one (``inner``), or the semi-/anti-join of a
+    ``[NOT] EXISTS`` / ``[NOT] IN`` subquery (``semi``, ``anti``, ``notin``).
+
+    Tuples spanning exactly ``prefix`` (the aliases before ``alias``) with every predicate
+    over them done take the step; ``alias`` is the step's table (its bit joins the span;
+    a semi-/anti-join puts row id -1 there). ``keys``: (probe-side expression over the
+    prefix, stored-side expression over ``alias``, key_encoding kind) equalities hashed
+    on; ``residual``: the rest of the condition, over prefix and alias (None: TRUE).
+    ``notin``: for NOT IN, the equality ``probe = subquery column``, evaluated per pair
+    with SQL's three-valued logic; ``notin_key``: the same as a hashable key, when it is
+    one. ``stored_filter``: the condition's terms over ``alias`` alone, applied once to
+    the stored tuples (a tuple failing them matches nothing). ``predicate``: the index of
+    the step's Done bit; ``done_before``: the Done bits of every predicate over the prefix
+    (what a NULL-padded tuple of a RIGHT or FULL join carries, its null-supplying side's
+    conditions being vacuous).
+    Source idea: stems-2003 §3.4 (ProbeCompletion) and §2.1.3 (EOT): a probe of a complete
+    SteM has every match it will ever have, so "no match" is final.
+    """
+
+    alias: int
+    kind: str
+    prefix: int
+    predicate: int
+    sql: str
+    keys: tuple = ()
+    residual: Expr | None = None
+    notin: Expr | None = None
+    done_before: int = 0
+    stored_filter: Expr | None = None
+    notin_key: tuple | None = None
+    # The table has no scan AM: tuples first look their keys up in its index AMs (the step
+    # predicate's ``edge`` binds them), and the step answers those whose EOTs are held.
+    lookup: bool = False
+
+
 @dataclass
 class QueryGraph:
     """Aliases, predicates, AMs and the tables with SteMs; shared by router and modules."""
@@ -92,6 +135,17 @@ class QueryGraph:
     stem_tables: list[str] = field(default_factory=list)
     access: list[AccessInfo] = field(default_factory=list)
     unbuilt: set[str] = field(default_factory=set)  # relaxed BuildFirst (§3.5)
+    # Completion-gated joins (outer joins, subqueries), in order; ``region``: the aliases
+    # before the first of them, among which the eddy routes freely (all when none).
+    steps: list[JoinStep] = field(default_factory=list)
+    region: int = -1
+
+    @property
+    def region_mask(self) -> int:
+        return self.all_aliases if self.region < 0 else self.region
+
+    def step_of(self, alias: int) -> JoinStep | None:
+        return next((s for s in self.steps if s.alias == alias), None)
 
     def scans_of(self, table: str) -> list[AccessInfo]:
         return [a for a in self.access if a.table == table and a.kind is AccessKind.SCAN]

@@ -58,6 +58,7 @@ class DestinationKind(enum.Enum):
     SM = "sm"  # a selection module: one predicate
     OUTPUT = "output"  # complete tuples leave the eddy
     FILTER = "filter"  # a semi-join: keep tuples whose key a complete SteM holds
+    STEP = "step"  # an outer, semi- or anti-join against a complete SteM (JoinStep)
 
 
 @dataclass(frozen=True)
@@ -100,6 +101,7 @@ class RouteEntry:
     alternatives: dict[int, tuple[int, ...]] = field(default_factory=dict)
     alternative_edges: dict[int, int | None] = field(default_factory=dict)
     stranded: str | None = None
+    gate: str | None = None  # a JoinStep: the table whose SteM must be complete first
 
     def offers(self, destination: int) -> bool:
         return destination in self.destinations or destination in self.alternative_edges
@@ -129,6 +131,7 @@ class RoutingTable:
         self.output = next(d.id for d in destinations if d.kind is DestinationKind.OUTPUT)
         self.filters = [d for d in destinations if d.kind is DestinationKind.FILTER]
         self.ready_filters: set[int] = set()  # filter destinations whose SteM is complete
+        self._step = {d.target_alias: d.id for d in destinations if d.kind is DestinationKind.STEP}
         self.failed: set[int] = set()  # ids of AMs that failed
         self.scanless: set[str] = set()  # tables whose every scan failed (lookups remain)
         self._entries: dict[Signature, RouteEntry] = {}
@@ -215,6 +218,10 @@ class RoutingTable:
             return RouteEntry((self.output,), (None,), complete=True)
         if graph.unbuilt:  # only floating tuples produce results: built ones are done
             return RouteEntry((), ())
+        if graph.steps:
+            stepped = self._stepped(sig, pending)
+            if stepped is not None:
+                return stepped
         for p in pending:
             if p.alias_mask & ~sig.span == 0:
                 dests.append(self._sm[p.index])
@@ -225,7 +232,9 @@ class RoutingTable:
             if f.id in self.ready_filters and self._filters_now(sig, f):
                 dests.append(f.id)
                 edges.append(f.predicate)
+        region = graph.region_mask
         outside = [a.index for a in graph.aliases if not sig.span >> a.index & 1]
+        outside = [b for b in outside if region >> b & 1]
         alternatives: dict[int, tuple[int, ...]] = {}
         alternative_edges: dict[int, int | None] = {}
         connected = [(b, edge) for b in outside if (edge := self.probe_edge(sig, b)) is not None]
@@ -267,6 +276,42 @@ class RoutingTable:
             and not sig.span >> f.target_alias & 1
             and bool(sig.span >> edge.other(f.target_alias) & 1)
         )
+
+    def _stepped(self, sig: Signature, pending) -> RouteEntry | None:
+        """Routing around JoinSteps (outer joins, subqueries), or None for a tuple inside
+        the region, routed as usual. A tuple spanning the region, or a prefix of the
+        aliases through a step, passes the SMs over its span first, then takes the next
+        step — an outer join commutes with no inner join, so the steps keep their order
+        (join-order restriction). A step table's own built singletons go nowhere: only
+        the step reads its SteM, once complete (the gate). Its unbuilt ones were handled
+        above (BuildFirst)."""
+        graph = self.graph
+        region = graph.region_mask
+        if not sig.span & ~region and sig.span != region:
+            return None
+        if sig.span & (sig.span + 1):  # not a prefix: a step table's built singleton
+            return RouteEntry((), ())
+        sms = [self._sm[p.index] for p in pending if p.alias_mask & ~sig.span == 0]
+        if sms:
+            return RouteEntry(tuple(sms), (None,) * len(sms))
+        step = next((s for s in graph.steps if s.prefix == sig.span), None)
+        if step is None:  # complete tuples were sent to the output above
+            return RouteEntry((), ())
+        table = graph.aliases[step.alias].table
+        if step.lookup:  # EOT-gated: look the keys up first; the step checks the EOTs
+            if (sig.looked | sig.prior) >> step.alias & 1:
+                return RouteEntry((self._step[step.alias],), (None,))
+            lookups = self.live_lookups(step.alias, step.predicate)
+            if not lookups:
+                return RouteEntry((), (), stranded=table)
+            alternatives = {lookups[0]: tuple(lookups)} if len(lookups) > 1 else {}
+            return RouteEntry(
+                (lookups[0],),
+                (step.predicate,),
+                alternatives=alternatives,
+                alternative_edges=dict.fromkeys(lookups, step.predicate),
+            )
+        return RouteEntry((self._step[step.alias],), (None,), gate=table)
 
     def _binds_index_only(self, target: int, edge: int) -> bool:
         """The edge binds an index AM of ``target``'s table, which has no scan.

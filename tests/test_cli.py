@@ -97,7 +97,7 @@ def test_query_explain_and_stats(csv_tables, capsys):
         ("SELECT * FROM t", "t=missing.csv", "no such file"),
         ("SELECT x FROM nope", "users=users.csv", "unknown table"),
         ("SELECT x FROM users", "users=users.csv", "unknown column"),
-        ("SELECT * FROM users u LEFT JOIN users v ON u.id = v.id", "users=users.csv", "LEFT"),
+        ("SELECT * FROM users u FULL JOIN users v USING (id)", "users=users.csv", "FULL"),
     ],
 )
 def test_errors_exit_2_with_a_message(sql, table, message, capsys, csv_tables):
