@@ -234,7 +234,13 @@ def test_expressions_match_duckdb(rows, rows_u, query):
     sql, ordered = query
     tables = {"t": _table(rows), "u": _table(rows_u)}
     if ordered is not None and " LIMIT " in sql:
-        expected = duckdb_table(sql, tables)
+        try:
+            expected = duckdb_table(sql, tables)
+        except duckdb.Error:  # e.g. -7 // 0: ORDER BY reads every row, so we fail too
+            for policy in POLICIES:
+                with pytest.raises(EddiesError):
+                    execute(sql, _fresh(tables), policy=policy, seed=0)
+            return
         for policy in POLICIES:
             for bs in BATCH_SIZES:
                 ours = execute(sql, _fresh(tables), policy=policy, batch_size=bs, seed=0)
