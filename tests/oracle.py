@@ -29,7 +29,7 @@ from typing import Any
 import duckdb
 import pyarrow as pa
 
-from eddies.engine import POLICIES, Catalog, execute
+from eddies.engine import POLICIES, Catalog, EddiesError, execute
 
 SIG_DIGITS = 9
 _NAN = ("<NaN>",)  # hashable stand-in so that NaN == NaN inside a Counter
@@ -241,14 +241,29 @@ def check_all(
     debug_per_tuple: bool = True,
     seed: int | None = 0,
     catalog: Catalog | None = None,
-) -> pa.Table:
+    errors_too: bool = False,
+) -> pa.Table | None:
     """Run ``sql`` under each policy and batch size and compare every result with DuckDB.
 
     ``debug=True`` is used for the ``batch_size=1`` runs when ``debug_per_tuple``.
-    Returns DuckDB's result.
+    Returns DuckDB's result. With ``errors_too``, a query DuckDB refuses must raise an
+    EddiesError under every policy (and None is returned).
     """
-    expected = duckdb_table(sql, tables)
     cat = catalog if catalog is not None else make_catalog(tables)
+    try:
+        expected = duckdb_table(sql, tables)
+    except duckdb.Error:
+        if not errors_too:
+            raise
+        answered = []
+        for policy in policies:
+            try:
+                execute(sql, cat, policy=policy, seed=seed)
+            except EddiesError:
+                continue
+            answered.append(policy)
+        assert not answered, f"DuckDB refuses {sql!r}; eddies answered under {answered}"
+        return None
     for policy in policies:
         for bs in batch_sizes:
             debug = bool(debug_per_tuple and bs == 1)
