@@ -210,7 +210,12 @@ def _stairs_section(plan: Plan) -> list[str]:
     graph = plan.graph
     lines = [
         f"STAIRs (join_state={plan.join_state!r}: symmetric hash joins of a spanning tree, "
-        "two dual STAIRs each; no state migration):"
+        "two dual STAIRs each; "
+        + (
+            "state migrated when the greedy routing decisions change):"
+            if plan.join_state == "stairs"
+            else "no state migration):"
+        )
     ]
     _, contents = stair_contents(plan, MAX_SIGNATURES)
     joins = [d for d in plan.destinations if d.kind is DestinationKind.JOIN]

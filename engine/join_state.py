@@ -39,12 +39,6 @@ def with_join_state(plan: Plan, join_state: str) -> Plan:
     for ``"stairs"`` and for queries STAIRs do not run (see :func:`check_stairs_query`)."""
     if join_state == "stems":
         return plan
-    if join_state == "stairs":
-        raise UnsupportedQueryError(
-            'join_state="stairs" (STAIRs with state migration: promotion and demotion, '
-            'stairs-2004 §3.1.1) is not built yet; use join_state="eddyjoins" (STAIRs '
-            'that never migrate) or "stems"'
-        )
     check_stairs_query(plan, join_state)
     graph = plan.graph
     tree = spanning_tree(plan)

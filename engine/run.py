@@ -28,7 +28,7 @@ from eddies.modules.join_step import JoinStepModule
 from eddies.modules.output import OutputModule
 from eddies.modules.scan import ScanAM
 from eddies.modules.selection import SelectionModule
-from eddies.modules.stair import StairJoin
+from eddies.modules.stair import StairJoin, StairMigrator
 from eddies.modules.stem import BuildClock, BuildLedger, SteM
 from eddies.modules.window import StreamClock
 from eddies.router.constraints import ConstraintChecker
@@ -131,9 +131,12 @@ def lower(
     stems = {} if stairs else _stems(plan, stores, scanned, alias_clocks, ledger, filters)
     modules: dict[str, Module] = {f"stem:{t}": stem for t, stem in stems.items()}
     names = [a.name for a in graph.aliases]
+    joins: dict[int, StairJoin] = {}
     for d in plan.destinations:
         if d.kind is DestinationKind.JOIN:  # STAIRs (eddies.engine.join_state)
-            modules[d.module] = StairJoin(d.name, graph.predicates[d.predicate], stores, names)
+            joins[d.id] = StairJoin(d.name, graph.predicates[d.predicate], stores, names)
+            modules[d.module] = joins[d.id]
+    migrator = StairMigrator(joins, graph, stats) if plan.join_state == "stairs" else None
     for p in graph.predicates:
         if not p.step:
             modules[p.name] = SelectionModule(p, stores, ledger)
@@ -184,6 +187,7 @@ def lower(
         stems,
         on_idle=commits.changed if commits is not None else None,
         filters={d.id: functools.partial(stems[d.table].filter_pays, d.id) for d in filters},
+        stasis=migrator.at_stasis if migrator is not None else None,
         inline={
             d.id: functools.partial(process_inline, modules[d.module])
             for d in plan.destinations

@@ -96,8 +96,10 @@ class RunStats:
     # A streaming aggregate's state (eddies.engine.incremental.AggregateStats: live and
     # evicted groups, late rows, the watermark); None for other queries.
     streaming_aggregate: Any = None
-    # STAIRs (stairs-2004 §3.1.1): state migration done by the eddy — promotions,
-    # demotions, and the stored tuples they moved (all 0 with SteMs or EddyJoins).
+    # STAIRs (stairs-2004 §3.1.1): state migrations done by the eddy; intermediate tuples
+    # demoted (dropped) and promoted (made again along the new plan), and every stored
+    # tuple re-inserted (all 0 with SteMs or EddyJoins; see eddies.modules.stair).
+    stair_migrations: int = 0
     stair_promotions: int = 0
     stair_demotions: int = 0
     stair_migrated_tuples: int = 0
@@ -223,7 +225,8 @@ class RunStats:
         if any(d.kind.value == "join" for d in self.destinations):
             lines += [
                 "",
-                f"STAIR state migration: {self.stair_promotions} promotions, "
+                f"STAIR state migration: {self.stair_migrations} migrations, "
+                f"{self.stair_promotions} promotions, "
                 f"{self.stair_demotions} demotions, {self.stair_migrated_tuples} tuples moved",
             ]
         if self.streaming_aggregate is not None:

@@ -11,6 +11,7 @@ twice.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 
@@ -23,11 +24,35 @@ from test_differential import scenarios
 
 from eddies.engine import POLICIES, Catalog, execute, explain, run_query
 from eddies.engine.errors import EddiesError, UnsupportedQueryError
+from eddies.modules import stair
 
 MAX_EXAMPLES = int(os.environ.get("EDDIES_STAIRS_EXAMPLES", "12"))
 
 
-def run_all_policies(sql: str, tables: dict, order_keys=None, join_state="eddyjoins") -> None:
+@contextlib.contextmanager
+def migrating(check_every: int = 1, random_seed: int | None = None):
+    """STAIR state migration checked at every point of stasis (instead of every 1000
+    tuples), by the greedy policy or, with ``random_seed``, to random plans each time."""
+    saved = stair.CHECK_EVERY, stair.RANDOM_PLANS_SEED
+    stair.CHECK_EVERY, stair.RANDOM_PLANS_SEED = check_every, random_seed
+    try:
+        yield
+    finally:
+        stair.CHECK_EVERY, stair.RANDOM_PLANS_SEED = saved
+
+
+#: (join_state, migration seed): EddyJoins; STAIRs migrating greedily; STAIRs migrating to
+#: random plans at every point of stasis.
+MODES = [("eddyjoins", None), ("stairs", None), ("stairs", 11)]
+
+
+def run_all_policies(sql: str, tables: dict, order_keys=None) -> None:
+    for join_state, seed in MODES:
+        with migrating(random_seed=seed):
+            run_mode(sql, tables, order_keys, join_state, seed)
+
+
+def run_mode(sql: str, tables: dict, order_keys, join_state: str, seed) -> None:
     expected = duckdb_table(sql, tables)
     cat = make_catalog(tables)
     for policy in POLICIES:
@@ -35,7 +60,7 @@ def run_all_policies(sql: str, tables: dict, order_keys=None, join_state="eddyjo
             ours = execute(
                 sql, cat, policy=policy, batch_size=bs, debug=True, seed=3, join_state=join_state
             )
-            ctx = f"join_state={join_state} policy={policy} batch_size={bs}"
+            ctx = f"join_state={join_state} random plans={seed} policy={policy} batch_size={bs}"
             if order_keys is None:
                 assert_same_bag(ours, sql, tables, context=ctx, expected=expected)
             else:
@@ -112,6 +137,7 @@ def test_stats_name_the_joins_and_count_no_migration():
     )
     stats = run.stats
     assert stats.modules["join:r-s"].tuples_in > 0
+    assert stats.stair_migrations == 0
     assert stats.stair_promotions == 0 and stats.stair_demotions == 0
     assert stats.stair_migrated_tuples == 0
     assert "STAIR" in stats.format()
@@ -152,14 +178,54 @@ def test_refused_access_methods_and_streams():
         explain("SELECT * FROM r, st WHERE r.a = st.a", cat, join_state="eddyjoins")
 
 
-def test_stairs_with_migration_refused_and_bad_values():
+def test_bad_join_state_values():
     cat = make_catalog(_tables())
-    with pytest.raises(UnsupportedQueryError, match="not built yet"):
-        execute("SELECT * FROM r, s WHERE r.a = s.a", cat, join_state="stairs")
     with pytest.raises(EddiesError, match="join_state must be one of"):
         execute("SELECT * FROM r", cat, join_state="stair")
     with pytest.raises(EddiesError, match="join_state must be one of"):
         explain("SELECT * FROM r", cat, join_state=None)
+
+
+@pytest.mark.parametrize("seed", [None, 1, 2])
+def test_stairs_migrate_and_count(seed):
+    """Migrations happen (to random plans: at every point of stasis; greedy: when the
+    decisions change), are counted, and the result stays DuckDB's."""
+    tables = _tables()
+    sql = "SELECT r.x, t.c, u.y FROM r, s, t, u WHERE r.a = s.a AND s.b = t.b AND t.c = u.c"
+    with migrating(random_seed=seed):
+        run = run_query(sql, make_catalog(tables), join_state="stairs", batch_size=1, debug=True)
+    assert_same_bag(run.table, sql, tables)
+    stats = run.stats
+    if seed is not None:
+        assert stats.stair_migrations > 5
+        assert stats.stair_demotions > 0 and stats.stair_promotions > 0
+        assert stats.stair_migrated_tuples >= stats.stair_promotions
+    assert f"{stats.stair_migrations} migrations" in stats.format()
+
+
+def test_greedy_migration_follows_reversing_selectivities():
+    """stairs-2004 §5.4 in small: over the first half of the tables r ⋈ s fans out and
+    s ⋈ t matches nothing, over the second half the reverse. The greedy policy sees the
+    decision for s tuples change and migrates; the result is DuckDB's."""
+    n = 200
+    half = n // 2
+    r = pa.table({"a": [i % half for i in range(n)] * 1})
+    # ... and a few s tuples in the middle that join both ways
+    s = pa.table(
+        {
+            "a": [i if i < half else -1 - i for i in range(n)][:half]
+            + [0, 1, 2]
+            + [-1 - i for i in range(half, n)],
+            "b": [-1 - i for i in range(half)] + [half, half + 1, half + 1] + list(range(half, n)),
+        }
+    )
+    t = pa.table({"b": [half + i % half for i in range(n)]})
+    tables = {"r": r, "s": s, "t": t}
+    sql = "SELECT COUNT(*) FROM r, s, t WHERE r.a = s.a AND s.b = t.b"
+    with migrating(check_every=50):
+        run = run_query(sql, make_catalog(tables), join_state="stairs", batch_size=10, seed=1)
+    assert_same_bag(run.table, sql, tables)
+    assert run.stats.stair_migrations >= 1
 
 
 def test_single_table_runs_with_stairs():
