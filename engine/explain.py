@@ -114,6 +114,11 @@ def explain_plan(plan: Plan) -> str:
     lines += ["", "predicates (SMs; Done bits):"]
     for p in graph.predicates:
         role = " — equi-join edge: SteM probe key, or SM when closing a cycle" if p.edge else ""
+        if p.edge is not None and plan.join_state != "stems":
+            joined = any(
+                d.predicate == p.index for d in plan.destinations if d.kind is DestinationKind.JOIN
+            )
+            role = " — equi-join edge: a STAIR join" if joined else " — closes a cycle: SM"
         if p.step:
             role = " — join step" + (" (its edge binds the lookups)" if p.edge else "")
         lines.append(f"  {p.name}: {p.sql}  [{', '.join(graph.alias_names(p.alias_mask))}]{role}")

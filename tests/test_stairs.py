@@ -1,18 +1,21 @@
-"""STAIRs (stairs-2004): join_state="eddyjoins" against DuckDB, and what is refused.
+"""STAIRs (stairs-2004): join_state="eddyjoins" and "stairs" against DuckDB; refusals.
 
 The differential property reuses the query generator of test_differential (chains, stars
 and cycles of equi-joins, multi-column and string keys, NULLs, duplicate rows, single-table
 and non-equi predicates, aggregates, ORDER BY/LIMIT) restricted to what STAIRs run: every
 table once, joined to the others by equalities. Each query runs under every policy with
-batch sizes 1, 7 and the default, and every result must equal DuckDB's as a bag of rows
-(in order for ORDER BY); ``debug=True`` makes the output check that no result is produced
-twice.
+batch sizes 1, 7 and the default (and once under ``static`` with a shuffled destination
+order), in three modes: EddyJoins; STAIRs whose greedy policy checks for migration at every
+point of stasis; and STAIRs migrating to a random plan at every point of stasis. Every
+result must equal DuckDB's as a bag of rows (in order for ORDER BY); ``debug=True`` makes
+the output check that no result is produced twice.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import random
 import re
 
 import pyarrow as pa
@@ -26,7 +29,7 @@ from eddies.engine import POLICIES, Catalog, execute, explain, run_query
 from eddies.engine.errors import EddiesError, UnsupportedQueryError
 from eddies.modules import stair
 
-MAX_EXAMPLES = int(os.environ.get("EDDIES_STAIRS_EXAMPLES", "12"))
+MAX_EXAMPLES = int(os.environ.get("EDDIES_STAIRS_EXAMPLES", "10"))
 
 
 @contextlib.contextmanager
@@ -55,23 +58,39 @@ def run_all_policies(sql: str, tables: dict, order_keys=None) -> None:
 def run_mode(sql: str, tables: dict, order_keys, join_state: str, seed) -> None:
     expected = duckdb_table(sql, tables)
     cat = make_catalog(tables)
-    for policy in POLICIES:
-        for bs in (1, 7, None):
-            ours = execute(
-                sql, cat, policy=policy, batch_size=bs, debug=True, seed=3, join_state=join_state
-            )
-            ctx = f"join_state={join_state} random plans={seed} policy={policy} batch_size={bs}"
-            if order_keys is None:
-                assert_same_bag(ours, sql, tables, context=ctx, expected=expected)
-            else:
-                assert_same_ordered(ours, sql, tables, order_keys, context=ctx, expected=expected)
+    names = re.search(
+        r"destinations \(default static order\):\s*(.+)", explain(sql, cat, join_state=join_state)
+    ).group(1)
+    order = [n.strip() for n in names.split(",")]
+    random.Random(len(sql)).shuffle(order)  # a static plan of its own
+    runs = [(policy, bs, None) for policy in POLICIES for bs in (1, 7, None)]
+    runs.append(("static", 3, order))
+    for policy, bs, static in runs:
+        ours = execute(
+            sql,
+            cat,
+            policy=policy,
+            batch_size=bs,
+            debug=True,
+            seed=3,
+            join_state=join_state,
+            order=static,
+        )
+        ctx = (
+            f"join_state={join_state} random plans={seed} policy={policy} batch_size={bs} "
+            f"order={static}"
+        )
+        if order_keys is None:
+            assert_same_bag(ours, sql, tables, context=ctx, expected=expected)
+        else:
+            assert_same_ordered(ours, sql, tables, order_keys, context=ctx, expected=expected)
 
 
-@pytest.mark.slow  # ~10-30 s per shape size
+@pytest.mark.slow  # ~15-40 s per shape size (three join-state modes)
 @pytest.mark.parametrize("n_refs", [2, 3, 4])
 @settings(max_examples=MAX_EXAMPLES, deadline=None, report_multiple_bugs=False)
 @given(data=st.data())
-def test_eddyjoins_differential(n_refs, data):
+def test_stairs_differential(n_refs, data):
     sc = data.draw(scenarios(n_refs), label="scenario")
     if len(sc.tables) != n_refs or "cross product" in sc.notes:
         reject()  # self-joins and cross products are refused with STAIRs (below)
