@@ -352,7 +352,8 @@ class StairMigrator:
        (every result of the tuples seen was produced already).
 
     The state is then exactly what an EddyJoins run routing by the plan from the start
-    would hold at this point, over the same tuples; such a state produces every later
+    would hold at this point, over the same tuples (up to tuples with a NULL join key,
+    which are in no result); such a state produces every later
     result exactly once whatever the eddy routes next (the correctness of eddies with
     symmetric hash joins, stairs-2004 App. A, Lemmas A.3-A.4). This rebuilds the whole
     state rather than moving only what the changed decision touches (the paper's

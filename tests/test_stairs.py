@@ -13,6 +13,7 @@ the output check that no result is produced twice.
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import os
 import random
@@ -249,3 +250,169 @@ def test_greedy_migration_follows_reversing_selectivities():
 
 def test_single_table_runs_with_stairs():
     run_all_policies("SELECT r.x FROM r WHERE r.a = 2", _tables())
+
+
+# ----------------------------------------------------------------- STAIR modules directly
+def _stair_setup(tables: dict[str, pa.Table], sql: str):
+    """The plan's StairJoins over preloaded stores, and its graph."""
+    from eddies.engine.join_state import with_join_state
+    from eddies.engine.planner import plan_query
+    from eddies.modules.stair import StairJoin
+    from eddies.router.routing_table import DestinationKind
+
+    plan = with_join_state(plan_query(sql, make_catalog(tables)), "stairs")
+    graph = plan.graph
+    stores = {a.index: plan.tables[a.table].new_store() for a in graph.aliases}
+    names = [a.name for a in graph.aliases]
+    joins = {
+        d.id: StairJoin(d.name, graph.predicates[d.predicate], stores, names)
+        for d in plan.destinations
+        if d.kind is DestinationKind.JOIN
+    }
+    return plan, graph, joins
+
+
+def _singletons(graph, alias: int, rows):
+    import numpy as np
+
+    from eddies.router.tuple_batch import Signature, TupleBatch
+
+    ids = np.asarray(rows, dtype=np.int64)
+    return TupleBatch(Signature(1 << alias, 0, True), {alias: ids}, np.zeros(len(ids), np.int64))
+
+
+def _route_to_completion(joins, graph, batch, choose) -> list[tuple]:
+    """Route ``batch`` and everything it makes through the joins, ``choose(span)`` picking
+    the join; the complete tuples as sorted tuples of row ids (alias order)."""
+    from collections import deque
+
+    done, queue = [], deque([batch])
+    while queue:
+        b = queue.popleft()
+        if b.signature.span == graph.all_aliases:
+            done += list(zip(*(b.rows[a.index] for a in graph.aliases), strict=True))
+            continue
+        queue.extend(joins[choose(b.signature.span)].route(b))
+    return done
+
+
+def _contents(joins, dead=frozenset()) -> collections.Counter:
+    """Every stored tuple, except those with a ``dead`` (alias, row id) component."""
+    out = collections.Counter()
+    for d, join in joins.items():
+        for alias, s in join.stairs.items():
+            for sig, group in s.groups.items():
+                cols = sorted(group.rows)
+                for row in zip(*(group.rows[a].view() for a in cols), strict=True):
+                    if any((a, int(i)) in dead for a, i in zip(cols, row, strict=True)):
+                        continue
+                    out[(d, alias, sig, tuple(cols), tuple(int(x) for x in row))] += 1
+    return out
+
+
+CHAIN = "SELECT * FROM r, s, t, u WHERE r.a = s.a AND s.b = t.b AND t.c = u.c"
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_migration_state_is_the_plan_state_and_results_come_once(seed):
+    """Route random batches with random choices (a policy), migrate to a random plan at
+    random points of stasis, go on: (1) the state right after a migration equals the
+    state of routing every seen base tuple by that plan from scratch, in another order
+    (up to tuples with a NULL join key, which join nothing);
+    (2) every result of the full join is produced exactly once (stairs-2004 App. A)."""
+    import numpy as np
+
+    from eddies.modules.stair import GreedyPlan, StairMigrator
+    from eddies.router.stats import RunStats
+
+    rng = np.random.default_rng(seed)
+    tables = {
+        name: pa.table(
+            {
+                c: pa.array(
+                    [None if rng.random() < 0.1 else int(rng.integers(0, 3)) for _ in range(n)],
+                    pa.int64(),
+                )
+                for c in cols
+            }
+        )
+        for name, cols, n in [("r", "a", 9), ("s", "ab", 12), ("t", "bc", 10), ("u", "c", 8)]
+    }
+    plan, graph, joins = _stair_setup(tables, CHAIN)
+    stats = RunStats(graph, plan.destinations)
+    # Rows with a NULL join key are in no result; a STAIR may or may not hold them (not
+    # where that key is NULL), depending on the join they first went to: not compared.
+    dead = {
+        (a.index, i)
+        for a in graph.aliases
+        for c in tables[a.table].column_names
+        for i, v in enumerate(tables[a.table].column(c).to_pylist())
+        if v is None
+    }
+    migrator = StairMigrator(joins, graph, stats)
+    pending = [(a.index, i) for a in graph.aliases for i in range(len(tables[a.table]))]
+    rng.shuffle(pending)
+    seen: list[tuple[int, int]] = []
+    results: list[tuple] = []
+    while pending:
+        k = int(rng.integers(1, 4))
+        chunk, pending = pending[:k], pending[k:]
+        for alias in {a for a, _ in chunk}:
+            rows = [i for a, i in chunk if a == alias]
+            policy = GreedyPlan(joins, {}, np.random.default_rng(int(rng.integers(1 << 30))))
+            results += _route_to_completion(
+                joins, graph, _singletons(graph, alias, rows), policy.choice
+            )
+        seen += chunk
+        if rng.random() < 0.4:  # a point of stasis: migrate to a random plan
+            target = GreedyPlan(joins, {}, np.random.default_rng(int(rng.integers(1 << 30))))
+            migrator.migrate(target)
+            _, _, fresh = _stair_setup(tables, CHAIN)
+            for alias, i in reversed(seen):
+                _route_to_completion(fresh, graph, _singletons(graph, alias, [i]), target.choice)
+            assert _contents(joins, dead) == _contents(fresh, dead)
+    expected = duckdb_table(
+        "SELECT r.i, s.i, t.i, u.i FROM "
+        + ", ".join(f"(SELECT *, row_number() OVER () - 1 AS i FROM {n}) {n}" for n in "rstu")
+        + " WHERE r.a = s.a AND s.b = t.b AND t.c = u.c",
+        tables,
+    )
+    want = collections.Counter(zip(*(c.to_pylist() for c in expected.columns), strict=True))
+    got = collections.Counter(tuple(int(x) for x in row) for row in results)
+    assert got == want
+    assert stats.stair_migrations > 0
+
+
+def test_invariant_b_alone_allows_duplicates():
+    """Why a migration rebuilds the state (docs/concepts.md, "STAIRs"): a state that keeps
+    the paper's Invariant B (§3.1.2) — base s in both S.a and S.b, as demotion(S.b, r0s, s)
+    leaves it — still makes a result twice once r and t arrive."""
+    tables = {
+        "r": pa.table({"a": [1]}),
+        "s": pa.table({"a": [1], "b": [2]}),
+        "t": pa.table({"b": [2]}),
+    }
+    _, graph, joins = _stair_setup(tables, "SELECT * FROM r, s, t WHERE r.a = s.a AND s.b = t.b")
+    rs, st_ = joins.values()
+    s_alias = next(a.index for a in graph.aliases if a.name == "s")
+    for join in (rs, st_):  # s stored in both of its STAIRs
+        side = join.stairs[s_alias]
+        batch = _singletons(graph, s_alias, [0])
+        keys, codes, valid = join.keys_of(batch, s_alias, grow=True)
+        side.insert(batch, keys, codes, valid)
+    r_alias = next(a.index for a in graph.aliases if a.name == "r")
+    t_alias = next(a.index for a in graph.aliases if a.name == "t")
+    boundary = {  # each span's only join
+        1 << r_alias: 0,
+        1 << r_alias | 1 << s_alias: 1,
+        1 << t_alias: 1,
+        1 << s_alias | 1 << t_alias: 0,
+    }
+    ids = list(joins)
+    results = _route_to_completion(
+        joins, graph, _singletons(graph, r_alias, [0]), lambda s: ids[boundary[s]]
+    )
+    results += _route_to_completion(
+        joins, graph, _singletons(graph, t_alias, [0]), lambda s: ids[boundary[s]]
+    )
+    assert len(results) == 2 and results[0] == results[1]  # one result, made twice
