@@ -72,7 +72,8 @@ def seed_scheduler(seed: int) -> None:
 class Lowered:
     """A plan lowered into the parts of a running query, none of them started.
 
-    modules: name -> module (``stem:<table>``, ``sm<k>``, ``am:<index>``, ``output``), each
+    modules: name -> module (``stem:<table>`` or, with STAIRs, ``join:<a>-<b>``; ``sm<k>``,
+    ``am:<index>``, ``output``), each
     reading ``inboxes[name]``; scans: the scan AMs, ``sources[i]`` the eddy's view of
     ``scans[i]``; to_eddy/inbox: the one unbounded channel back to the eddy; commits: the
     commit points of a query over stream tables (else None); streams: those tables.

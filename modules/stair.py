@@ -338,9 +338,9 @@ class StairMigrator:
     had been routed by the new decisions (§3.2, Figure 6).
 
     Called at points of stasis (nothing in flight: stairs-2004 App. A), every
-    ``CHECK_EVERY`` admitted source tuples. It computes a :class:`GreedyPlan` from the
-    router's estimates; when the plan's choice differs from the last one for some span,
-    it migrates:
+    ``CHECK_EVERY`` admitted source tuples, twice as many after each migration (back-off).
+    It computes a :class:`GreedyPlan` from the router's estimates; when the plan's choice
+    differs from the last one for some span, it migrates:
 
     1. **demotion** of every stored tuple to its base tuple: each base tuple seen (and
        passed by its SMs before its first join) is stored exactly once, with its own span,
@@ -376,11 +376,14 @@ class StairMigrator:
         self.random = random  # tests: migrate at every check, to random plans
         self.plan: GreedyPlan | None = None
         self._checked_at = 0
+        # Back-off against thrashing (§4.2 plans one): each greedy migration doubles the
+        # admitted tuples until the next check, so a run migrates O(log n) times.
+        self._interval = CHECK_EVERY
         self._spans = _connected_spans(graph, joins)
 
     def at_stasis(self, admitted: int) -> None:
         """The eddy is at a point of stasis with ``admitted`` source tuples admitted."""
-        if not self.joins or admitted - self._checked_at < CHECK_EVERY:
+        if not self.joins or admitted - self._checked_at < self._interval:
             return
         self._checked_at = admitted
         plan = GreedyPlan(self.joins, self._fanouts(), self.random)
@@ -390,6 +393,8 @@ class StairMigrator:
         if self.random is None and all(plan.choice(s) == self.plan.choice(s) for s in self._spans):
             return
         self.migrate(plan)
+        if self.random is None:
+            self._interval *= 2
 
     def _fanouts(self) -> dict[tuple[int, int], float]:
         """Per (join, side): decayed tuples out ÷ tuples in over every signature that

@@ -33,6 +33,11 @@ under the routing constraints of stems-2003 Table 2:
   are only built — anything they could join would never meet the unbuilt table — so an
   entry for them is empty and the eddy drops them after the build.
 
+With STAIRs (stairs-2004, ``join_state="eddyjoins"`` or ``"stairs"``) there are no builds
+or probes: a signature may go to its SMs and to every join of the spanning tree with
+exactly one side in its span (``join:<a>-<b>``: insert into that side's STAIR, probe the
+dual); see :meth:`RoutingTable._stair_entry`.
+
 Access choice (stems-2003 §3.2, §4.3): where one logical step can be done by several
 modules — probing the SteM of a table that also has index AMs (hash or index join), or
 choosing among the index AMs (mirrors) of a prior prober's table — the entry lists one
@@ -133,7 +138,7 @@ class RoutingTable:
         self.filters = [d for d in destinations if d.kind is DestinationKind.FILTER]
         self.ready_filters: set[int] = set()  # filter destinations whose SteM is complete
         self._step = {d.target_alias: d.id for d in destinations if d.kind is DestinationKind.STEP}
-        # STAIR joins (join_state "eddyjoins"): edge predicate index -> destination id.
+        # STAIR joins (join_state "eddyjoins" or "stairs"): edge predicate -> destination.
         self._joins = {d.predicate: d.id for d in destinations if d.kind is DestinationKind.JOIN}
         self.failed: set[int] = set()  # ids of AMs that failed
         self.scanless: set[str] = set()  # tables whose every scan failed (lookups remain)
