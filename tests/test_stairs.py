@@ -148,6 +148,9 @@ def test_explain_shows_stairs_and_their_signatures():
     assert re.search(r"STAIR s\.\(a\) holds: \{s\}; \{s,t\} done \{sm2\}", text), text
     assert "sm3 closes a cycle" in text
     assert "build:" not in text and "probe:" not in text
+    assert "no state migration" in text
+    migrating_text = explain("SELECT * FROM r, s WHERE r.a = s.a", cat, join_state="stairs")
+    assert "state migrated when the greedy routing decisions change" in migrating_text
 
 
 def test_stats_name_the_joins_and_count_no_migration():
