@@ -419,3 +419,39 @@ def test_invariant_b_alone_allows_duplicates():
         joins, graph, _singletons(graph, t_alias, [0]), lambda s: ids[boundary[s]]
     )
     assert len(results) == 2 and results[0] == results[1]  # one result, made twice
+
+
+@pytest.mark.parametrize("inline_visits", [True, False])
+def test_migration_with_udf_selections_in_flight(inline_visits):
+    """An async UDF's SM answers through its queue (the eddy keeps routing meanwhile):
+    migrations wait for a point of stasis, with no Work in flight, and results stay
+    DuckDB's."""
+    import trio
+
+    async def even(x):
+        await trio.sleep(0)
+        return x is not None and x % 2 == 0
+
+    tables = _tables()
+    sql = "SELECT r.x, t.c, u.y FROM r, s, t, u WHERE r.a = s.a AND s.b = t.b AND t.c = u.c"
+    expected = duckdb_table(sql + " AND u.y % 2 = 0 AND r.x % 2 = 0", tables)
+    cat = make_catalog(tables)
+    cat.add_function("even", even, vectorized=False)
+    udf_sql = sql + " AND even(u.y) AND even(r.x)"
+    migrations = 0
+    for seed in (None, 4):
+        with migrating(random_seed=seed):
+            for policy in ("lottery", "naive", "rank"):
+                for bs in (1, 7):
+                    run = run_query(
+                        udf_sql,
+                        cat,
+                        join_state="stairs",
+                        policy=policy,
+                        batch_size=bs,
+                        inline_visits=inline_visits,
+                        debug=True,
+                    )
+                    assert_same_bag(run.table, sql, tables, expected=expected)
+                    migrations += run.stats.stair_migrations
+    assert migrations > 0  # some points of stasis came between UDF calls
