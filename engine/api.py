@@ -28,6 +28,7 @@ from eddies.engine.incremental import (
     StreamingPlan,
     plan_streaming,
 )
+from eddies.engine.join_state import with_join_state
 from eddies.engine.options import RunOptions
 from eddies.engine.planner import Plan, plan_query
 from eddies.engine.run import run_plan, seed_scheduler
@@ -196,7 +197,7 @@ async def _open_eddy(
     sql: str, catalog: Catalog, *, options: RunOptions
 ) -> AsyncIterator[QueryResults]:
     """One eddy query (a single SELECT block), as :func:`open_query` describes."""
-    plan = plan_query(sql, catalog)
+    plan = with_join_state(plan_query(sql, catalog), options.join_state)
     streaming = plan_streaming(plan, options)
     stats = RunStats(plan.graph, plan.destinations, functions=plan.udf_stats)
     event_times = EventTimes(streaming.watermarks if streaming is not None else [])

@@ -38,6 +38,7 @@ from rich.text import Text
 from eddies.engine import POLICIES, Catalog, EddiesError, RunStats, explain, open_query
 from eddies.engine.errors import find_error
 from eddies.engine.logging_setup import FORMATS, LEVELS, configure_logging
+from eddies.engine.options import JOIN_STATES
 from eddies.engine.progress import QueryProgress
 from eddies.sources.dataset_source import is_glob
 
@@ -121,6 +122,13 @@ def _run_options(parser: argparse.ArgumentParser) -> None:
         "(default: chosen for speed)",
     )
     parser.add_argument("--seed", type=int, default=None, metavar="S", help="random seed")
+    parser.add_argument(
+        "--join-state",
+        choices=JOIN_STATES,
+        default="stems",
+        help="join state: SteMs (default), STAIRs that never migrate (eddyjoins), or "
+        "STAIRs with state migration (stairs)",
+    )
     parser.add_argument(
         "--no-progress",
         dest="progress",
@@ -348,6 +356,8 @@ def run_with_progress(
 
 def _engine_options(args: argparse.Namespace, **extra: Any) -> dict[str, Any]:
     options: dict[str, Any] = {"policy": args.policy, "batch_size": args.batch_size}
+    if getattr(args, "join_state", "stems") != "stems":
+        options["join_state"] = args.join_state
     if args.seed is not None:
         options["seed"] = args.seed
     options.update(extra)
@@ -660,7 +670,7 @@ def _cmd_query(args: argparse.Namespace) -> int:
 
     console = _stdout_console()
     if args.explain:
-        print(explain(args.sql, catalog))
+        print(explain(args.sql, catalog, join_state=args.join_state))
         return 0
 
     table, stats = run_with_progress(

@@ -12,6 +12,7 @@ from collections import deque
 
 from eddies.engine.catalog import Catalog
 from eddies.engine.errors import EddiesError
+from eddies.engine.join_state import JOIN_STATES, stair_contents, with_join_state
 from eddies.engine.planner import Plan, plan_query
 from eddies.router.routing_table import DestinationKind, RoutingTable
 from eddies.router.stats import RunStats
@@ -103,13 +104,21 @@ def explain_plan(plan: Plan) -> str:
             key = ", ".join(entry.key) if entry.key else "all columns"
             lines.append(f"    competing AMs of {table}: duplicates removed by ({key})")
     lines.append("")
-    lines.append("SteMs:" if graph.stem_tables else "SteMs: none (one table: no joins)")
-    for table in graph.stem_tables:
+    if plan.join_state != "stems":
+        lines += _stairs_section(plan)
+    else:
+        lines.append("SteMs:" if graph.stem_tables else "SteMs: none (one table: no joins)")
+    for table in graph.stem_tables if plan.join_state == "stems" else ():
         indexes = ", ".join(f"({', '.join(c)})" for c in plan.index_kinds[table]) or "none"
         lines.append(f"  stem:{table}  hash indexes on {indexes}")
     lines += ["", "predicates (SMs; Done bits):"]
     for p in graph.predicates:
         role = " — equi-join edge: SteM probe key, or SM when closing a cycle" if p.edge else ""
+        if p.edge is not None and plan.join_state != "stems":
+            joined = any(
+                d.predicate == p.index for d in plan.destinations if d.kind is DestinationKind.JOIN
+            )
+            role = " — equi-join edge: a STAIR join" if joined else " — closes a cycle: SM"
         if p.step:
             role = " — join step" + (" (its edge binds the lookups)" if p.edge else "")
         lines.append(f"  {p.name}: {p.sql}  [{', '.join(graph.alias_names(p.alias_mask))}]{role}")
@@ -149,6 +158,8 @@ def explain_plan(plan: Plan) -> str:
     table = RoutingTable(graph, plan.destinations)
     seen: set[Signature] = set()
     queue = deque(table.start_signatures())
+    if plan.join_state != "stems":  # STAIRs: every reachable signature, found at once
+        queue = deque(stair_contents(plan, MAX_SIGNATURES)[0])
     while queue and len(seen) < MAX_SIGNATURES:
         sig = queue.popleft()
         if sig in seen:
@@ -198,14 +209,64 @@ def explain_plan(plan: Plan) -> str:
     return "\n".join(lines)
 
 
-def explain(sql: str, catalog: Catalog, stats: RunStats | None = None, **unexpected) -> str:
+def _stairs_section(plan: Plan) -> list[str]:
+    """The STAIRs of a query (stairs-2004 §3.1): per join of the spanning tree, its two
+    dual STAIRs and the signatures of the tuples each may hold."""
+    graph = plan.graph
+    lines = [
+        f"STAIRs (join_state={plan.join_state!r}: symmetric hash joins of a spanning tree, "
+        "two dual STAIRs each; "
+        + (
+            "state migrated when the greedy routing decisions change):"
+            if plan.join_state == "stairs"
+            else "no state migration):"
+        )
+    ]
+    _, contents = stair_contents(plan, MAX_SIGNATURES)
+    joins = [d for d in plan.destinations if d.kind is DestinationKind.JOIN]
+    if not joins:
+        lines.append("  none (one table: no joins)")
+    for d in joins:
+        p = graph.predicates[d.predicate]
+        lines.append(f"  {d.name}  on {p.sql}  ({p.name})")
+        for alias in (p.edge.left, p.edge.right):
+            held = sorted(contents[(d.id, alias)], key=lambda s: (bin(s.span).count("1"), s.span))
+            sigs = "; ".join(
+                "{"
+                + ",".join(graph.alias_names(s.span))
+                + "}"
+                + (" done {" + ",".join(graph.predicate_names(s.done)) + "}" if s.done else "")
+                for s in held
+            )
+            cols = ", ".join(p.edge.side(alias))
+            lines.append(
+                f"    STAIR {graph.aliases[alias].name}.({cols}) holds: {sigs or 'nothing'}"
+            )
+    cycles = [
+        p
+        for p in graph.predicates
+        if p.edge is not None and p.name not in {graph.predicates[d.predicate].name for d in joins}
+    ]
+    for p in cycles:
+        lines.append(f"  {p.name} closes a cycle: an SM over composite tuples")
+    return lines
+
+
+def explain(
+    sql: str,
+    catalog: Catalog,
+    stats: RunStats | None = None,
+    join_state: str = "stems",
+    **unexpected,
+) -> str:
     """Describe how ``sql`` would run: AMs, SteMs, SMs, destinations, routing table.
 
     With ``stats`` (``run_query(...).stats`` of a run of the query), also what the run
     observed: seconds per tuple, selectivity and confidence per destination and per
     signature (eddies.router.estimates). Raises a subclass of EddiesError for a query
     that cannot run, and for any other keyword: the plan does not depend on run options
-    (``policy``, ``batch_size``, ...), which apply to ``execute``/``run_query``.
+    (``policy``, ``batch_size``, ...), which apply to ``execute``/``run_query``, except
+    ``join_state`` (SteMs or STAIRs, see :mod:`eddies.engine.join_state`).
     """
     if unexpected:
         names = ", ".join(repr(k) for k in sorted(unexpected))
@@ -214,7 +275,9 @@ def explain(sql: str, catalog: Catalog, stats: RunStats | None = None, **unexpec
             "(run options such as policy or batch_size apply to execute/run_query, "
             "whose stats explain(..., stats=...) shows)"
         )
-    text = explain_plan(plan_query(sql, catalog))
+    if join_state not in JOIN_STATES:
+        raise EddiesError(f"join_state must be one of {', '.join(JOIN_STATES)}, got {join_state!r}")
+    text = explain_plan(with_join_state(plan_query(sql, catalog), join_state))
     if stats is not None:
         text += "\n\n" + "\n".join(stats.format_estimates() or ["(no estimates recorded)"])
     return text

@@ -46,6 +46,10 @@ class RunOptions:
     an aggregate's result leaves when the streams end. watermarks: stream table name ->
     ``(event-time column, allowed lateness)``, the lateness as text (``"10 seconds"``) or
     a ``datetime.timedelta``; kept as name -> (column, timedelta). Needs an output_mode.
+    join_state: ``"stems"`` (SteMs, stems-2003), ``"eddyjoins"`` (STAIRs that never
+    migrate: the EddyJoins baseline of stairs-2004) or ``"stairs"`` (STAIRs with state
+    migration; refused when the query is planned: not built yet); see
+    :mod:`eddies.engine.join_state`.
 
     Raises EddiesError naming the option and the bad value; ``True`` is not a number here.
     """
@@ -61,6 +65,7 @@ class RunOptions:
     filters: bool = True
     output_mode: str | None = None
     watermarks: Mapping[str, tuple[str, dt.timedelta]] | None = None
+    join_state: str = "stems"
 
     def __post_init__(self) -> None:
         _check_int(self, "batch_size", minimum=1)
@@ -87,6 +92,10 @@ class RunOptions:
         if self.window is not None:
             object.__setattr__(self, "window", check_positive("window", self.window))
         check_policy_options(self.policy, self.order, self.window)
+        if self.join_state not in JOIN_STATES:
+            raise EddiesError(
+                f"join_state must be one of {', '.join(JOIN_STATES)}, got {self.join_state!r}"
+            )
         if self.output_mode is not None and self.output_mode not in OUTPUT_MODES:
             raise EddiesError(
                 f"output_mode must be one of {', '.join(OUTPUT_MODES)} or None, "
@@ -141,6 +150,9 @@ class RunOptions:
             if getattr(self, f.name) != getattr(default, f.name)
         }
 
+
+#: Join state per query (see eddies.engine.join_state, which uses the same names).
+JOIN_STATES = ("stems", "eddyjoins", "stairs")
 
 #: Spark Structured Streaming's output modes.
 OUTPUT_MODES = ("update", "complete", "append")

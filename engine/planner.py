@@ -223,6 +223,8 @@ class Plan:
     # reads and the filter pushed into it (eddies.engine.pushdown); absent: all, none.
     scan_columns: dict[str, list[str]] = field(default_factory=dict)
     scan_filters: dict[str, pc.Expression] = field(default_factory=dict)
+    # "stems" (SteMs), or "eddyjoins" (STAIRs: eddies.engine.join_state.with_join_state).
+    join_state: str = "stems"
 
 
 def plan_query(sql: str, catalog: Catalog) -> Plan:

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 import trio
 
 from eddies.engine.commit_points import CommitPoints
+from eddies.engine.errors import UnsupportedQueryError
 from eddies.engine.options import RunOptions
 from eddies.engine.planner import Plan
 from eddies.modules.base import Module, process_inline
@@ -27,6 +28,7 @@ from eddies.modules.join_step import JoinStepModule
 from eddies.modules.output import OutputModule
 from eddies.modules.scan import ScanAM
 from eddies.modules.selection import SelectionModule
+from eddies.modules.stair import StairJoin, StairMigrator
 from eddies.modules.stem import BuildClock, BuildLedger, SteM
 from eddies.modules.window import StreamClock
 from eddies.router.constraints import ConstraintChecker
@@ -70,7 +72,8 @@ def seed_scheduler(seed: int) -> None:
 class Lowered:
     """A plan lowered into the parts of a running query, none of them started.
 
-    modules: name -> module (``stem:<table>``, ``sm<k>``, ``am:<index>``, ``output``), each
+    modules: name -> module (``stem:<table>`` or, with STAIRs, ``join:<a>-<b>``; ``sm<k>``,
+    ``am:<index>``, ``output``), each
     reading ``inboxes[name]``; scans: the scan AMs, ``sources[i]`` the eddy's view of
     ``scans[i]``; to_eddy/inbox: the one unbounded channel back to the eddy; commits: the
     commit points of a query over stream tables (else None); streams: those tables.
@@ -97,6 +100,13 @@ def lower(
     starts no task (callable outside a trio run).
     """
     graph = plan.graph
+    if plan.join_state != options.join_state:
+        # Only the entry points that apply eddies.engine.join_state may run STAIRs.
+        raise UnsupportedQueryError(
+            f"join_state={options.join_state!r} is not supported here (this entry point "
+            f"plans with {plan.join_state!r})"
+        )
+    stairs = plan.join_state != "stems"
     table_stores = {table: entry.new_store() for table, entry in plan.tables.items()}
     stores = {a.index: table_stores[a.table] for a in graph.aliases}
     streams = {t: e.stream for t, e in plan.tables.items() if e.stream is not None}
@@ -106,7 +116,7 @@ def lower(
     # Set when a scan of the table has delivered every row: its index AMs stop looking up,
     # and (relaxed BuildFirst) its SteM can tell when it is complete.
     # Relaxed BuildFirst chosen at run time: builds no later tuple can need are skipped.
-    skipping = BuildLedger.applies(graph, bool(streams))
+    skipping = not stairs and BuildLedger.applies(graph, bool(streams))
     # SteM filters of tables that are not streams (a stream's SteM is never complete).
     filters = [
         d
@@ -119,8 +129,15 @@ def lower(
         for table, entry in plan.tables.items()
         if entry.scans and (entry.indexes or graph.unbuilt or ledger is not None)
     }
-    stems = _stems(plan, stores, scanned, alias_clocks, ledger, filters)
+    stems = {} if stairs else _stems(plan, stores, scanned, alias_clocks, ledger, filters)
     modules: dict[str, Module] = {f"stem:{t}": stem for t, stem in stems.items()}
+    names = [a.name for a in graph.aliases]
+    joins: dict[int, StairJoin] = {}
+    for d in plan.destinations:
+        if d.kind is DestinationKind.JOIN:  # STAIRs (eddies.engine.join_state)
+            joins[d.id] = StairJoin(d.name, graph.predicates[d.predicate], stores, names)
+            modules[d.module] = joins[d.id]
+    migrator = StairMigrator(joins, graph, stats) if plan.join_state == "stairs" else None
     for p in graph.predicates:
         if not p.step:
             modules[p.name] = SelectionModule(p, stores, ledger)
@@ -144,7 +161,7 @@ def lower(
             {t for t, e in plan.tables.items() if e.scans and t not in streams},
             [stem for stem in stems.values() if stem.stream_clock],
         )
-    scans, scan_tables = _scans(plan, table_stores, options, stats, commits)
+    scans, scan_tables = _scans(plan, table_stores, options, stats, commits, stairs)
     sources = _sources(plan, scans, scan_tables)
 
     channels = {
@@ -164,11 +181,14 @@ def lower(
         [channels[d.module][0] for d in plan.destinations],
         sources,
         stats,
-        ConstraintChecker(graph, plan.destinations) if options.debug else None,
+        # The checker knows SteMs' constraints; with STAIRs the output still checks that
+        # no result is produced twice (debug).
+        ConstraintChecker(graph, plan.destinations) if options.debug and not stairs else None,
         scanned,
         stems,
         on_idle=commits.changed if commits is not None else None,
         filters={d.id: functools.partial(stems[d.table].filter_pays, d.id) for d in filters},
+        stasis=migrator.at_stasis if migrator is not None else None,
         inline={
             d.id: functools.partial(process_inline, modules[d.module])
             for d in plan.destinations
@@ -260,6 +280,7 @@ def _scans(
     options: RunOptions,
     stats: RunStats,
     commits: CommitPoints | None,
+    stairs: bool = False,
 ) -> tuple[list[ScanAM], list[str]]:
     """The scan AMs and the table of each; a stream's wait for the static tables first
     (and, with windowed SteMs, for eviction) are hooks from ``commits``."""
@@ -278,7 +299,8 @@ def _scans(
                     _first_alias(plan, table),
                     table_stores[table],
                     batch_size,
-                    built=table not in graph.stem_tables and table not in graph.unbuilt,
+                    # STAIRs insert as they probe: no build first (stairs-2004 §3.1)
+                    built=stairs or (table not in graph.stem_tables and table not in graph.unbuilt),
                     stats=stats.module(f"scan:{name}", "scan"),
                     access=access_ids[(table, name)],
                     floating=table in graph.unbuilt,

@@ -121,6 +121,7 @@ class Eddy:
         on_idle: Callable[[], None] | None = None,
         inline: dict[int, Callable[[Work], Returned]] | None = None,
         filters: dict[int, Callable[[], bool | None]] | None = None,
+        stasis: Callable[[int], None] | None = None,
     ) -> None:
         self.routing_table = routing_table
         self.policy = policy
@@ -198,6 +199,11 @@ class Eddy:
         # is not complete yet; asked after builds, SM answers and scan ends).
         self._unready_filters = dict(filters or {})
         self._sms = {d.id for d in routing_table.destinations if d.kind is DestinationKind.SM}
+        # Called at points of stasis (stairs-2004 App. A: every admitted tuple fully
+        # processed, nothing in flight) with the source tuples admitted so far: where STAIR
+        # state may migrate (eddies.modules.stair.StairMigrator).
+        self.stasis = stasis
+        self._admitted = 0
 
     def _offer_filters(self) -> None:
         """Offer the SteM filters whose SteMs now hold every qualifying row, if they pay
@@ -239,6 +245,8 @@ class Eddy:
                     self._buffered -= len(batch)
                     self._route(batch)
                 elif self._fresh_count and not self._admission_blocked():
+                    if self.stasis is not None and self._in_flight == 0 and not self._waiting:
+                        self.stasis(self._admitted)
                     self._route(self._next_fresh())
                 elif self._finished():
                     if self._flushes:
@@ -317,7 +325,9 @@ class Eddy:
             if self._fresh_of[i]:
                 self._fresh_count -= 1
                 self.sources[i].admission.release()
-                return self._fresh_of[i].popleft()
+                batch = self._fresh_of[i].popleft()
+                self._admitted += len(batch)
+                return batch
         raise AssertionError("no fresh batch")  # pragma: no cover - guarded by the caller
 
     def _drain(self, inbox: trio.MemoryReceiveChannel) -> None:

@@ -113,7 +113,13 @@ class LearningPolicy(RoutingPolicy):
         self._free = {
             d.id
             for d in destinations
-            if d.kind in (DestinationKind.PROBE, DestinationKind.BUILD, DestinationKind.FILTER)
+            if d.kind
+            in (
+                DestinationKind.PROBE,
+                DestinationKind.BUILD,
+                DestinationKind.FILTER,
+                DestinationKind.JOIN,
+            )
         }
 
     def _estimate(self, sig: Signature | None, dest: int) -> Estimate | None:

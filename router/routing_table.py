@@ -33,6 +33,11 @@ under the routing constraints of stems-2003 Table 2:
   are only built — anything they could join would never meet the unbuilt table — so an
   entry for them is empty and the eddy drops them after the build.
 
+With STAIRs (stairs-2004, ``join_state="eddyjoins"`` or ``"stairs"``) there are no builds
+or probes: a signature may go to its SMs and to every join of the spanning tree with
+exactly one side in its span (``join:<a>-<b>``: insert into that side's STAIR, probe the
+dual); see :meth:`RoutingTable._stair_entry`.
+
 Access choice (stems-2003 §3.2, §4.3): where one logical step can be done by several
 modules — probing the SteM of a table that also has index AMs (hash or index join), or
 choosing among the index AMs (mirrors) of a prior prober's table — the entry lists one
@@ -59,6 +64,7 @@ class DestinationKind(enum.Enum):
     OUTPUT = "output"  # complete tuples leave the eddy
     FILTER = "filter"  # a semi-join: keep tuples whose key a complete SteM holds
     STEP = "step"  # an outer, semi- or anti-join against a complete SteM (JoinStep)
+    JOIN = "join"  # insert into one STAIR of an equi-join and probe its dual (stairs-2004)
 
 
 @dataclass(frozen=True)
@@ -132,6 +138,8 @@ class RoutingTable:
         self.filters = [d for d in destinations if d.kind is DestinationKind.FILTER]
         self.ready_filters: set[int] = set()  # filter destinations whose SteM is complete
         self._step = {d.target_alias: d.id for d in destinations if d.kind is DestinationKind.STEP}
+        # STAIR joins (join_state "eddyjoins" or "stairs"): edge predicate -> destination.
+        self._joins = {d.predicate: d.id for d in destinations if d.kind is DestinationKind.JOIN}
         self.failed: set[int] = set()  # ids of AMs that failed
         self.scanless: set[str] = set()  # tables whose every scan failed (lookups remain)
         self._entries: dict[Signature, RouteEntry] = {}
@@ -203,6 +211,8 @@ class RoutingTable:
         pending = [p for p in graph.predicates if not sig.done & p.bit]
         if sig.floating:
             return self._floating(sig, pending)
+        if self._joins:
+            return self._stair_entry(sig, pending)
         if not sig.built:  # an unbuilt singleton: BuildFirst, even if nothing else is left
             alias = sig.span.bit_length() - 1
             table = graph.aliases[alias].table
@@ -264,6 +274,27 @@ class RoutingTable:
             alternatives=alternatives,
             alternative_edges=alternative_edges,
         )
+
+    def _stair_entry(self, sig: Signature, pending) -> RouteEntry:
+        """Routing with STAIRs (stairs-2004 §2.1, §3.1): the SMs whose aliases the tuple
+        spans, and every join of the spanning tree with exactly one side in its span
+        (routing there inserts it into that side's STAIR and probes the dual). Tuples
+        need no build first: the insert is part of the join (Dual Routing Property).
+        An edge closing a cycle is no join here, only an SM."""
+        if self.complete(sig):
+            return RouteEntry((self.output,), (None,), complete=True)
+        dests: list[int] = []
+        edges: list[int | None] = []
+        for p in pending:
+            if p.alias_mask & ~sig.span == 0:
+                dests.append(self._sm[p.index])
+                edges.append(None)
+            elif p.index in self._joins:
+                e = p.edge
+                if (sig.span >> e.left & 1) != (sig.span >> e.right & 1):
+                    dests.append(self._joins[p.index])
+                    edges.append(p.index)
+        return RouteEntry(tuple(dests), tuple(edges))
 
     def _filters_now(self, sig: Signature, f: Destination) -> bool:
         """Filter ``f`` applies to ``sig``: not passed yet, its edge pending, the edge's

@@ -96,6 +96,13 @@ class RunStats:
     # A streaming aggregate's state (eddies.engine.incremental.AggregateStats: live and
     # evicted groups, late rows, the watermark); None for other queries.
     streaming_aggregate: Any = None
+    # STAIRs (stairs-2004 §3.1.1): state migrations done by the eddy; intermediate tuples
+    # demoted (dropped) and promoted (made again along the new plan), and every stored
+    # tuple re-inserted (all 0 with SteMs or EddyJoins; see eddies.modules.stair).
+    stair_migrations: int = 0
+    stair_promotions: int = 0
+    stair_demotions: int = 0
+    stair_migrated_tuples: int = 0
     _time: array.array = field(default_factory=lambda: array.array("d"))
     _span: array.array = field(default_factory=lambda: array.array("q"))
     _done: array.array = field(default_factory=lambda: array.array("q"))
@@ -215,6 +222,13 @@ class RunStats:
                     f"  {f.name}: {f.calls} calls, {f.cache_hits} cache hits, {f.retries} "
                     f"retries, {f.call_seconds:.3f} s in calls, {f.waited_seconds:.3f} s waited"
                 )
+        if any(d.kind.value == "join" for d in self.destinations):
+            lines += [
+                "",
+                f"STAIR state migration: {self.stair_migrations} migrations, "
+                f"{self.stair_promotions} promotions, "
+                f"{self.stair_demotions} demotions, {self.stair_migrated_tuples} tuples moved",
+            ]
         if self.streaming_aggregate is not None:
             lines += ["", str(self.streaming_aggregate)]
         if self.failures:
