@@ -45,7 +45,18 @@ from eddies.router.messages import Returned
 from eddies.router.routing_table import Destination, DestinationKind, RouteEntry
 from eddies.router.tuple_batch import Signature
 
-POLICIES = ("static", "random", "naive", "lottery", "lottery-window", "rank", "bandit")
+POLICIES = (
+    "static",
+    "random",
+    "naive",
+    "lottery",
+    "lottery-window",
+    "rank",
+    "bandit",
+    "hybrid",
+)
+#: The policy of a query that names none (see eddies.router.learning.HybridPolicy).
+DEFAULT_POLICY = "hybrid"
 
 HasRoom = Callable[[int], bool]
 Choice = int | np.ndarray | None
@@ -326,10 +337,15 @@ def make_policy(
         return LotteryPolicy(destinations, rng)
     if name == "lottery-window":
         return WindowedLotteryPolicy(destinations, rng, window if window is not None else 0.25)
-    if name in ("rank", "bandit"):
-        from eddies.router.learning import BanditPolicy, RankPolicy  # imports this module
+    if name in ("rank", "bandit", "hybrid"):
+        from eddies.router.learning import (  # imports this module
+            BanditPolicy,
+            HybridPolicy,
+            RankPolicy,
+        )
 
-        return (RankPolicy if name == "rank" else BanditPolicy)(destinations, rng)
+        cls = {"rank": RankPolicy, "bandit": BanditPolicy, "hybrid": HybridPolicy}[name]
+        return cls(destinations, rng)
     raise AssertionError(name)  # pragma: no cover - check_policy_options knows POLICIES
 
 

@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pytest
 
 from eddies.engine import Catalog, explain, run_query
+from eddies.engine.options import RunOptions
 from eddies.engine.planner import plan_query
 from eddies.router.estimates import Estimates
 from eddies.router.learning import (
@@ -15,11 +17,12 @@ from eddies.router.learning import (
     SMALL_WORK_SECONDS,
     SPLIT_COST_SECONDS,
     BanditPolicy,
+    HybridPolicy,
     RankPolicy,
     pilot_size,
 )
 from eddies.router.messages import Returned, Work
-from eddies.router.policies import HOLD
+from eddies.router.policies import HOLD, LotteryPolicy, make_policy
 from eddies.router.routing_table import RouteEntry
 from eddies.router.tuple_batch import Signature, singleton_batch
 
@@ -229,3 +232,61 @@ def test_the_rest_stops_waiting_once_an_observed_choice_outranks_a_pilot_still_o
     # (rank -0.94 / 1e-6) goes first.
     state.piloting[1] = (sent_at - 1e9, tuples)
     assert policy.choose(ENTRY, 4000, lambda d: True, SIG) == 0
+
+
+def _udf_policy(cls):
+    """A policy over sm1 = f(r.x) (a UDF: may be expensive) and sm2 = r.k < 3 (cheap)."""
+    cat = Catalog()
+    cat.add_table("r", pa.table({"k": [1, 2, 3], "x": [1, 5, 9]}))
+    cat.add_function("f", lambda x: pc.greater(x, 1))
+    p = plan_query("SELECT * FROM r WHERE f(r.x) AND r.k < 3", cat)
+    names = {d.name: d.id for d in p.destinations}
+    return cls(p.destinations, np.random.default_rng(0)), names["sm1"], names["sm2"]
+
+
+def test_hybrid_is_the_default_policy():
+    assert RunOptions().policy == "hybrid"
+    assert isinstance(
+        make_policy(RunOptions().policy, _policy(RankPolicy).destinations), HybridPolicy
+    )
+
+
+def test_hybrid_draws_free_choices_by_lottery_tickets():
+    """Among UDF-free SMs (free choices) the hybrid draws as the lottery does with the same
+    seed and the same answers booked: the same picks, one whole batch each, no pilots."""
+    hybrid, lottery = _policy(HybridPolicy), _policy(LotteryPolicy)
+    assert all(d in hybrid.free for d in ENTRY.destinations)
+    for p in (hybrid, lottery):
+        p.on_returned(0, 1000, 10)  # arm 0 keeps 1%: 990 tickets
+        p.on_returned(1, 1000, 900)  # arm 1 keeps 90%: 100 tickets
+    assert hybrid.tickets.tolist() == lottery.tickets.tolist()
+    picks = [hybrid.choose(ENTRY, 4096, lambda d: True, SIG) for _ in range(200)]
+    same = [lottery.choose(ENTRY, 4096, lambda d: True, SIG) for _ in range(200)]
+    assert picks == same
+    assert all(isinstance(c, int) for c in picks)  # whole batches, never split or held
+    assert 0.8 < np.mean(np.asarray(picks) == 0) < 0.97  # ~990 / 1090 of the draws
+    assert not hybrid._state  # rank's per-signature state never entered
+
+
+def test_hybrid_pilots_where_a_udf_may_be_expensive():
+    """With an SM that calls a UDF eligible, the hybrid never commits a batch blindly: it
+    pilots both SMs and holds the rest (the lottery's first draw sends the whole batch)."""
+    hybrid, udf, cheap = _udf_policy(HybridPolicy)
+    assert udf not in hybrid.free and cheap in hybrid.free
+    entry = RouteEntry((udf, cheap), (None, None))
+    choice = hybrid.choose(entry, 2000, lambda d: True, SIG)
+    pilot = pilot_size(2000)
+    assert isinstance(choice, np.ndarray)
+    assert (choice == udf).sum() == pilot and (choice == cheap).sum() == pilot
+    assert (choice == HOLD).sum() == 2000 - 2 * pilot
+    lottery, udf_l, cheap_l = _udf_policy(LotteryPolicy)
+    whole = lottery.choose(RouteEntry((udf_l, cheap_l), (None, None)), 2000, lambda d: True, SIG)
+    assert whole in (udf_l, cheap_l)  # the lottery's blind first draw: all 2,000 tuples
+    # Once both are observed the rank decides: the cheap 5% predicate first.
+    hybrid.works_in_flight = 0
+    hybrid.in_flight_at.clear()
+    _answer(hybrid, cheap, pilot, 0, pilot * 1e-6)
+    _answer(hybrid, udf, pilot, pilot // 2, pilot * 1e-2)
+    assert hybrid.choose(entry, 2000, lambda d: True, SIG) == cheap
+    # Answers booked by the rank half still earn lottery tickets.
+    assert hybrid.tickets[cheap] == pilot and hybrid.tickets[udf] == pilot - pilot // 2
