@@ -36,19 +36,20 @@ class RunOptions:
     rows per scan batch, a positive int (1 = the per-tuple eddy of the paper; None: the
     table's or the engine's default). seed: a non-negative int that makes the policy's draws
     and the task scheduling repeatable, so a run routes the same way again (not with sync
-    UDFs or lottery-window, which depend on timing). debug: check the routing constraints on
-    every step. queue_capacity: batches per module input queue, a positive int.
-    inline_visits: whether the eddy calls modules that never wait (SteMs, SMs without UDFs)
-    directly instead of through their queues (None: yes, except under ``naive``, whose
-    routing is back-pressure on those queues alone). filters: whether SteM filters
-    (semi-joins by a complete SteM's join keys, see :mod:`eddies.router.routing_table`) may
-    be offered. output_mode: for queries over stream tables, how results leave at each
-    commit point (Spark's output modes, see :mod:`eddies.engine.incremental`): ``"update"``
-    (the groups that changed), ``"complete"`` (every group), ``"append"`` (a group once
-    final); None: an aggregate's result leaves when the streams end. watermarks: stream
-    table name -> ``(event-time column, allowed lateness)``, the lateness as text (``"10
-    seconds"``) or a ``datetime.timedelta``; kept as name -> (column, timedelta). Needs an
-    output_mode.
+    UDFs, under lottery-window, nor where rank, bandit or hybrid weigh measured costs —
+    hybrid does so only when a UDF or index AM lookup is among the choices: these depend on
+    timing). debug: check the routing constraints on every step. queue_capacity: batches per
+    module input queue, a positive int. inline_visits: whether the eddy calls modules that
+    never wait (SteMs, SMs without UDFs) directly instead of through their queues (None:
+    yes, except under ``naive``, whose routing is back-pressure on those queues alone).
+    filters: whether SteM filters (semi-joins by a complete SteM's join keys, see
+    :mod:`eddies.router.routing_table`) may be offered. output_mode: for queries over stream
+    tables, how results leave at each commit point (Spark's output modes, see
+    :mod:`eddies.engine.incremental`): ``"update"`` (the groups that changed),
+    ``"complete"`` (every group), ``"append"`` (a group once final); None: an aggregate's
+    result leaves when the streams end. watermarks: stream table name -> ``(event-time
+    column, allowed lateness)``, the lateness as text (``"10 seconds"``) or a
+    ``datetime.timedelta``; kept as name -> (column, timedelta). Needs an output_mode.
 
     Raises EddiesError naming the option and the bad value; ``True`` is not a number here.
     """
