@@ -36,15 +36,19 @@ ones the cheapest per extra result tuple first.
 
 ``hybrid`` (the default): ``rank`` with its pilots where a choice may be expensive, the
 lottery of eddies-2000 §4.3 among free choices. A routing decision whose eligible
-destinations are all free — SteM builds and probes, SteM filters, SMs whose predicate
-calls no UDF — is drawn by lottery tickets (with its selection push-down of UDF-free SMs
-before a build); a decision with an SM that calls a UDF or an index AM lookup among its
-choices is made by ``rank``, which pilots the unknown choice on a few tuples before
+destinations are all free — SteM builds and probes, SteM filters, SMs whose predicate calls
+no UDF — is drawn by lottery tickets (with its selection push-down of UDF-free SMs before a
+build). Where an SM that calls a UDF or an index AM lookup is among the choices, free
+*selections* (UDF-free SMs, SteM filters: they never grow a batch) go first with the whole
+batch and no pilot: this order loses at most their ~µs a tuple on tuples the expensive
+choice would have dropped, the other order the expensive choice's cost on every tuple they
+drop (expensive predicates last: Hellerstein & Stonebraker, SIGMOD 1993); and without one
+the decision is ``rank``'s, which pilots the unknown choice on a few tuples before
 committing the batch. Among free choices a wrong order costs less than the module visits
 rank's estimates need to settle (its first whole-batch estimates of SteM probes depend on
 how full the SteMs were then), and the lottery's tickets keep learning from every answer;
-before an expensive choice a blind draw can cost the whole batch (a 2,000-row batch sent
-to a 10 ms async UDF before a 5% predicate: ``bench/adaptive_async.py``).
+before an expensive choice a blind draw can cost the whole batch (a 2,000-row batch sent to
+a 10 ms async UDF before a 5% predicate: ``bench/adaptive_async.py``).
 
 ``bandit``: Discounted UCB (D-UCB; Garivier & Moulines, "On Upper-Confidence Bound
 Policies for Switching Bandit Problems", ALT 2011) over the choices at each signature. A
@@ -361,9 +365,11 @@ class HybridPolicy(RankPolicy, LotteryPolicy):
 
     Free (:attr:`free`): SteM builds, probes and filters, the output, and SMs whose
     predicate calls no UDF (``Destination.cheap``). A decision among free choices only is
-    :meth:`LotteryPolicy.choose` (tickets booked by :meth:`LotteryPolicy.book` from every
-    answer, whichever half routed it); any other — an SM calling a UDF or an index AM
-    lookup is eligible — is :meth:`LearningPolicy.choose` ranking by ``(s − 1) / c``. See
+    :meth:`LotteryPolicy.draw` (tickets booked by :meth:`LotteryPolicy.book` from every
+    answer, whichever half routed it). Where an SM calling a UDF or an index AM lookup is
+    eligible, free selections (:attr:`free_selections`: UDF-free SMs, SteM filters) go
+    first, drawn by the lottery among them; without one the decision is
+    :meth:`LearningPolicy.choose`, ranking by ``(s − 1) / c`` after pilots. See
     the module docstring for why (eddies-2000 §4.3; eddies-in-postgresql §3)."""
 
     name = "hybrid"
@@ -381,10 +387,23 @@ class HybridPolicy(RankPolicy, LotteryPolicy):
             for d in destinations
             if d.kind in free_kinds or (d.kind is DestinationKind.SM and d.cheap)
         )
+        # Free choices that never grow a batch: UDF-free SMs and SteM filters.
+        self.free_selections = frozenset(
+            d.id
+            for d in destinations
+            if d.kind is DestinationKind.FILTER or (d.kind is DestinationKind.SM and d.cheap)
+        )
 
     def choose(
         self, entry: RouteEntry, n: int, has_room: HasRoom, signature: Signature | None = None
     ) -> Choice:
-        if all(a in self.free for a in entry.destinations):
-            return LotteryPolicy.choose(self, entry, n, has_room, signature)
+        dests = entry.destinations
+        if all(a in self.free for a in dests):
+            return self.draw(list(dests), has_room, signature)
+        # An expensive choice is eligible. Free selections go first, with the whole batch
+        # and no pilot: this order loses at most their ~µs a tuple, the other the expensive
+        # choice's cost on every tuple they drop (see the module docstring).
+        selections = [a for a in dests if a in self.free_selections]
+        if selections:
+            return self.draw(selections, has_room, signature)
         return LearningPolicy.choose(self, entry, n, has_room, signature)

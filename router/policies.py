@@ -246,7 +246,11 @@ class LotteryPolicy(RoutingPolicy):
         return np.maximum(self.tickets[dests], 1.0)
 
     def choose(self, entry: RouteEntry, n: int, has_room: HasRoom, signature=None) -> Choice:
-        dests = list(entry.destinations)
+        return self.draw(list(entry.destinations), has_room, signature)
+
+    def draw(self, dests: list[int], has_room: HasRoom, signature: Signature | None) -> Choice:
+        """The lottery's choice among the destination ids ``dests`` (not empty): one id, or
+        None to wait for the favourite's queue."""
         if signature is not None and not signature.built and len(dests) > 1:
             # Selection push-down: an unbuilt singleton passes its UDF-free SMs before its
             # build. Such a predicate costs ~µs a tuple, while a tuple built before it is

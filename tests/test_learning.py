@@ -234,12 +234,14 @@ def test_the_rest_stops_waiting_once_an_observed_choice_outranks_a_pilot_still_o
     assert policy.choose(ENTRY, 4000, lambda d: True, SIG) == 0
 
 
-def _udf_policy(cls):
-    """A policy over sm1 = f(r.x) (a UDF: may be expensive) and sm2 = r.k < 3 (cheap)."""
+def _udf_policy(cls, sql="SELECT * FROM r WHERE f(r.x) AND r.k < 3"):
+    """A policy over sm1 = f(r.x) (a UDF: may be expensive) and sm2 (default: r.k < 3, a
+    free selection); returns it and the ids of sm1 and sm2."""
     cat = Catalog()
     cat.add_table("r", pa.table({"k": [1, 2, 3], "x": [1, 5, 9]}))
     cat.add_function("f", lambda x: pc.greater(x, 1))
-    p = plan_query("SELECT * FROM r WHERE f(r.x) AND r.k < 3", cat)
+    cat.add_function("g", lambda x: pc.less(x, 3))
+    p = plan_query(sql, cat)
     names = {d.name: d.id for d in p.destinations}
     return cls(p.destinations, np.random.default_rng(0)), names["sm1"], names["sm2"]
 
@@ -268,25 +270,37 @@ def test_hybrid_draws_free_choices_by_lottery_tickets():
     assert not hybrid._state  # rank's per-signature state never entered
 
 
-def test_hybrid_pilots_where_a_udf_may_be_expensive():
-    """With an SM that calls a UDF eligible, the hybrid never commits a batch blindly: it
-    pilots both SMs and holds the rest (the lottery's first draw sends the whole batch)."""
+def test_hybrid_sends_free_selections_before_a_udf_whole_and_unpiloted():
+    """A UDF-free SM eligible beside an SM calling a UDF takes the whole batch first: no
+    pilot, no held tuples (the lottery's first draw might send all of it to the UDF)."""
     hybrid, udf, cheap = _udf_policy(HybridPolicy)
-    assert udf not in hybrid.free and cheap in hybrid.free
+    assert udf not in hybrid.free and cheap in hybrid.free_selections
     entry = RouteEntry((udf, cheap), (None, None))
+    assert hybrid.choose(entry, 2000, lambda d: True, SIG) == cheap
+    assert hybrid.choose(entry, 1, lambda d: True, SIG) == cheap
+    assert not hybrid._state  # nothing piloted
+    lottery, udf_l, cheap_l = _udf_policy(LotteryPolicy)
+    entry_l = RouteEntry((udf_l, cheap_l), (None, None))
+    draws = {lottery.choose(entry_l, 2000, lambda d: True, SIG) for _ in range(50)}
+    assert draws == {udf_l, cheap_l}  # blind draws: whole batches to the UDF too
+
+
+def test_hybrid_pilots_between_expensive_choices_and_ranks_them():
+    """Two SMs calling UDFs: the hybrid pilots both and holds the rest (rank's pilots),
+    then ranks by (s − 1) / c; tickets are booked from those answers too."""
+    hybrid, f, g = _udf_policy(HybridPolicy, "SELECT * FROM r WHERE f(r.x) AND g(r.k)")
+    assert f not in hybrid.free and g not in hybrid.free
+    entry = RouteEntry((f, g), (None, None))
     choice = hybrid.choose(entry, 2000, lambda d: True, SIG)
     pilot = pilot_size(2000)
     assert isinstance(choice, np.ndarray)
-    assert (choice == udf).sum() == pilot and (choice == cheap).sum() == pilot
+    assert (choice == f).sum() == pilot and (choice == g).sum() == pilot
     assert (choice == HOLD).sum() == 2000 - 2 * pilot
-    lottery, udf_l, cheap_l = _udf_policy(LotteryPolicy)
-    whole = lottery.choose(RouteEntry((udf_l, cheap_l), (None, None)), 2000, lambda d: True, SIG)
-    assert whole in (udf_l, cheap_l)  # the lottery's blind first draw: all 2,000 tuples
-    # Once both are observed the rank decides: the cheap 5% predicate first.
     hybrid.works_in_flight = 0
     hybrid.in_flight_at.clear()
-    _answer(hybrid, cheap, pilot, 0, pilot * 1e-6)
-    _answer(hybrid, udf, pilot, pilot // 2, pilot * 1e-2)
-    assert hybrid.choose(entry, 2000, lambda d: True, SIG) == cheap
-    # Answers booked by the rank half still earn lottery tickets.
-    assert hybrid.tickets[cheap] == pilot and hybrid.tickets[udf] == pilot - pilot // 2
+    _answer(hybrid, f, pilot, pilot // 2, pilot * 1e-2)  # 10 ms a tuple, keeps 50%
+    _answer(hybrid, g, pilot, 0, pilot * 1e-3)  # 1 ms a tuple, keeps none
+    first = np.asarray(hybrid.choose(entry, 2000, lambda d: True, SIG))
+    sent = first[first != HOLD] if first.ndim else first
+    assert np.all(sent == g)
+    assert hybrid.tickets[g] == pilot and hybrid.tickets[f] == pilot - pilot // 2
