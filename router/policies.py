@@ -22,6 +22,10 @@ decisions — so ``batch_size=1`` is exactly the per-tuple eddy of the paper.
   each window's end they become the banked tickets the lottery draws with, so the policy
   follows changes in cost and selectivity.
 
+``rank``, ``bandit`` and ``hybrid`` — the default (:data:`DEFAULT_POLICY`): this lottery
+among free choices, ``rank`` with pilots where an SM calling a UDF or an index AM lookup is
+eligible — learn from observed costs and selectivities: :mod:`eddies.router.learning`.
+
 Index AMs (stems-2003): a prior prober bounced by the SteM of alias b goes on to an index AM
 of b's table, so the real cost of probing b's SteM first is the lookup that follows. The
 lottery books an index AM's answers on ``probe:b`` as well (the step the eddy chose), so
