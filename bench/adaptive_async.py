@@ -120,6 +120,13 @@ def trio_floor(calls: int, args) -> float:
     return trio.run(main)
 
 
+def default_policy() -> str:
+    """The engine's default routing policy (RunOptions().policy)."""
+    from eddies.engine import RunOptions
+
+    return RunOptions().policy
+
+
 def run_section_a(args) -> list[dict]:
     """Section (a): one row per seed and policy (see the module docstring for columns)."""
     engine_or_exit()
@@ -141,7 +148,7 @@ def run_section_a(args) -> list[dict]:
             rows.append(
                 {
                     "workload": "async UDF behind a 5% predicate",
-                    "policy": policy or "default",
+                    "policy": policy or f"{default_policy()} (default)",
                     "seed": seed,
                     "eddies_s": seconds,
                     "calls": calls,

@@ -40,6 +40,7 @@ from eddies.engine.errors import find_error
 from eddies.engine.logging_setup import FORMATS, LEVELS, configure_logging
 from eddies.engine.options import JOIN_STATES
 from eddies.engine.progress import QueryProgress
+from eddies.router.policies import DEFAULT_POLICY
 from eddies.sources.dataset_source import is_glob
 
 __all__ = ["DEMO_SQL", "DEMO_TABLES", "GLOSSARY", "describe_module", "main"]
@@ -110,8 +111,8 @@ def _run_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--policy",
         choices=POLICIES,
-        default="lottery",
-        help="routing policy of the eddy (default: lottery)",
+        default=DEFAULT_POLICY,
+        help=f"routing policy of the eddy (default: {DEFAULT_POLICY})",
     )
     parser.add_argument(
         "--batch-size",

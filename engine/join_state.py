@@ -5,8 +5,10 @@
 EddyJoins baseline of stairs-2004 §2.1 and §5: one pipelined symmetric hash join per edge
 of a spanning tree of the query graph, broken into two dual STAIRs
 (:mod:`eddies.modules.stair`), whose order the eddy picks tuple by tuple. Edges that close
-a cycle are SMs over composite tuples. ``join_state="stairs"`` (STAIRs with state
-migration: promotion and demotion, §3.1.1, §4.2) is not built yet and is refused.
+a cycle are SMs over composite tuples. ``join_state="stairs"`` adds state migration
+(§3.1.1, §4.2): at quiescent points, when the greedy plan of §4.1 changes, intermediate
+tuples are demoted and base tuples promoted along the new plan
+(:class:`eddies.modules.stair.StairMigrator`).
 
 :func:`with_join_state` rewrites a planned query's destinations for the chosen join state
 and refuses, with an :class:`UnsupportedQueryError` naming the construct, what STAIRs do
@@ -35,8 +37,9 @@ __all__ = [
 def with_join_state(plan: Plan, join_state: str) -> Plan:
     """``plan`` run with ``join_state``: unchanged for ``"stems"``; for ``"eddyjoins"``,
     builds, probes and SteM filters replaced by one ``join:<a>-<b>`` destination per
-    spanning-tree edge (SMs and the output kept, renumbered). Raises UnsupportedQueryError
-    for ``"stairs"`` and for queries STAIRs do not run (see :func:`check_stairs_query`)."""
+    spanning-tree edge (SMs and the output kept, renumbered); ``"stairs"`` likewise, its
+    modules migrating. Raises UnsupportedQueryError for queries STAIRs do not run (see
+    :func:`check_stairs_query`)."""
     if join_state == "stems":
         return plan
     check_stairs_query(plan, join_state)

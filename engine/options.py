@@ -20,7 +20,7 @@ from typing import Any
 
 from eddies.engine.errors import EddiesError
 from eddies.engine.intervals import span_us
-from eddies.router.policies import check_policy_options
+from eddies.router.policies import DEFAULT_POLICY, check_policy_options
 
 
 @dataclass(frozen=True)
@@ -28,33 +28,37 @@ class RunOptions:
     """How to run a query (all optional).
 
     policy: one of ``static``, ``random``, ``naive``, ``lottery``, ``lottery-window``
-    (eddies-2000 §4). order: destination names for ``static`` (see
-    :func:`eddies.engine.explain`), a sequence of strings, kept as a tuple. window: seconds
-    per ticket window for ``lottery-window`` (positive, finite). batch_size: rows per scan
-    batch, a positive int (1 = the per-tuple eddy of the paper; None: the table's or the
-    engine's default). seed: a non-negative int that makes the policy's draws and the task
-    scheduling repeatable, so a run routes the same way again (not with sync UDFs or
-    lottery-window, which depend on timing). debug: check the routing constraints on every
-    step. queue_capacity: batches per module input queue, a positive int. inline_visits:
-    whether the eddy calls modules that never wait (SteMs, SMs without UDFs) directly
-    instead of through their queues (None: yes, except under ``naive``, whose routing is
-    back-pressure on those queues alone). filters: whether SteM filters (semi-joins by a
-    complete SteM's join keys, see :mod:`eddies.router.routing_table`) may be offered.
-    output_mode: for queries over stream tables, how results leave at each commit point
-    (Spark's output modes, see :mod:`eddies.engine.incremental`): ``"update"`` (the groups
-    that changed), ``"complete"`` (every group), ``"append"`` (a group once final); None:
-    an aggregate's result leaves when the streams end. watermarks: stream table name ->
-    ``(event-time column, allowed lateness)``, the lateness as text (``"10 seconds"``) or
-    a ``datetime.timedelta``; kept as name -> (column, timedelta). Needs an output_mode.
-    join_state: ``"stems"`` (SteMs, stems-2003), ``"eddyjoins"`` (STAIRs that never
-    migrate: the EddyJoins baseline of stairs-2004) or ``"stairs"`` (STAIRs with state
-    migration; refused when the query is planned: not built yet); see
-    :mod:`eddies.engine.join_state`.
+    (eddies-2000 §4), ``rank``, ``bandit`` or ``hybrid`` (:mod:`eddies.router.learning`);
+    default ``hybrid``: rank with pilots where a choice may be expensive (an SM calling a
+    UDF, an index AM lookup), the lottery among free ones. order: destination names for
+    ``static`` (see :func:`eddies.engine.explain`), a sequence of strings, kept as a tuple.
+    window: seconds per ticket window for ``lottery-window`` (positive, finite). batch_size:
+    rows per scan batch, a positive int (1 = the per-tuple eddy of the paper; None: the
+    table's or the engine's default). seed: a non-negative int that makes the policy's draws
+    and the task scheduling repeatable, so a run routes the same way again (not with sync
+    UDFs, under lottery-window, nor where rank, bandit or hybrid weigh measured costs —
+    hybrid does so only when a UDF or index AM lookup is among the choices: these depend on
+    timing). debug: check the routing constraints on every step. queue_capacity: batches per
+    module input queue, a positive int. inline_visits: whether the eddy calls modules that
+    never wait (SteMs, SMs without UDFs) directly instead of through their queues (None:
+    yes, except under ``naive``, whose routing is back-pressure on those queues alone).
+    filters: whether SteM filters (semi-joins by a complete SteM's join keys, see
+    :mod:`eddies.router.routing_table`) may be offered. output_mode: for queries over stream
+    tables, how results leave at each commit point (Spark's output modes, see
+    :mod:`eddies.engine.incremental`): ``"update"`` (the groups that changed),
+    ``"complete"`` (every group), ``"append"`` (a group once final); None: an aggregate's
+    result leaves when the streams end. watermarks: stream table name -> ``(event-time
+    column, allowed lateness)``, the lateness as text (``"10 seconds"``) or a
+    ``datetime.timedelta``; kept as name -> (column, timedelta). Needs an output_mode.
+    join_state: ``"stems"`` (SteMs, stems-2003; the default), ``"eddyjoins"`` (STAIRs that
+    never migrate: the EddyJoins baseline of stairs-2004) or ``"stairs"`` (STAIRs with
+    state migration by the greedy policy of stairs-2004 §4.1); see
+    :mod:`eddies.engine.join_state` for what they refuse.
 
     Raises EddiesError naming the option and the bad value; ``True`` is not a number here.
     """
 
-    policy: str = "lottery"
+    policy: str = DEFAULT_POLICY
     batch_size: int | None = None
     seed: int | None = None
     debug: bool = False

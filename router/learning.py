@@ -34,6 +34,22 @@ whose s is a fan-out, it is the KBZ rank of join ordering: a join that shrinks t
 intermediate result cheaply goes first, one that grows it goes last, and among growing
 ones the cheapest per extra result tuple first.
 
+``hybrid`` (the default): ``rank`` with its pilots where a choice may be expensive, the
+lottery of eddies-2000 §4.3 among free choices. A routing decision whose eligible
+destinations are all free — SteM builds and probes, SteM filters, SMs whose predicate calls
+no UDF — is drawn by lottery tickets (with its selection push-down of UDF-free SMs before a
+build). Where an SM that calls a UDF or an index AM lookup is among the choices, free
+*selections* (UDF-free SMs, SteM filters: they never grow a batch) go first with the whole
+batch and no pilot: this order loses at most their ~µs a tuple on tuples the expensive
+choice would have dropped, the other order the expensive choice's cost on every tuple they
+drop (expensive predicates last: Hellerstein & Stonebraker, SIGMOD 1993); and without one
+the decision is ``rank``'s, which pilots the unknown choice on a few tuples before
+committing the batch. Among free choices a wrong order costs less than the module visits
+rank's estimates need to settle (its first whole-batch estimates of SteM probes depend on
+how full the SteMs were then), and the lottery's tickets keep learning from every answer;
+before an expensive choice a blind draw can cost the whole batch (a 2,000-row batch sent to
+a 10 ms async UDF before a 5% predicate: ``bench/adaptive_async.py``).
+
 ``bandit``: Discounted UCB (D-UCB; Garivier & Moulines, "On Upper-Confidence Bound
 Policies for Switching Bandit Problems", ALT 2011) over the choices at each signature. A
 pull is ``PULL_TUPLES`` tuples routed to a choice; its reward in (0, 1] is
@@ -58,12 +74,12 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from eddies.router.estimates import Estimate
-from eddies.router.policies import HOLD, Choice, HasRoom, RoutingPolicy
+from eddies.router.policies import HOLD, Choice, HasRoom, LotteryPolicy, RoutingPolicy
 from eddies.router.routing_table import DestinationKind, RouteEntry
 from eddies.router.tuple_batch import Signature
 
 #: The policies defined here (names in eddies.router.policies.POLICIES).
-LEARNING_POLICIES = ("rank", "bandit")
+LEARNING_POLICIES = ("rank", "bandit", "hybrid")
 #: Most tuples of one pilot batch (per choice); see :func:`pilot_size`.
 PILOT_TUPLES = 256
 #: Fewest tuples of one pilot batch.
@@ -348,3 +364,52 @@ class BanditPolicy(LearningPolicy):
             (signature, destination), [0.0, self.estimates.clock.get(signature, 0.0)]
         )
         entry[0] += reward * tuples_in / PULL_TUPLES
+
+
+class HybridPolicy(RankPolicy, LotteryPolicy):
+    """``lottery`` among free choices, ``rank`` with pilots where one may be expensive.
+
+    Free (:attr:`free`): SteM builds, probes and filters, the output, and SMs whose
+    predicate calls no UDF (``Destination.cheap``). A decision among free choices only is
+    :meth:`LotteryPolicy.draw` (tickets booked by :meth:`LotteryPolicy.book` from every
+    answer, whichever half routed it). Where an SM calling a UDF or an index AM lookup is
+    eligible, free selections (:attr:`free_selections`: UDF-free SMs, SteM filters) go
+    first, drawn by the lottery among them; without one the decision is
+    :meth:`LearningPolicy.choose`, ranking by ``(s − 1) / c`` after pilots. See
+    the module docstring for why (eddies-2000 §4.3; eddies-in-postgresql §3)."""
+
+    name = "hybrid"
+
+    def __init__(self, destinations, rng) -> None:
+        super().__init__(destinations, rng)
+        free_kinds = (
+            DestinationKind.PROBE,
+            DestinationKind.BUILD,
+            DestinationKind.FILTER,
+            DestinationKind.OUTPUT,
+        )
+        self.free = frozenset(
+            d.id
+            for d in destinations
+            if d.kind in free_kinds or (d.kind is DestinationKind.SM and d.cheap)
+        )
+        # Free choices that never grow a batch: UDF-free SMs and SteM filters.
+        self.free_selections = frozenset(
+            d.id
+            for d in destinations
+            if d.kind is DestinationKind.FILTER or (d.kind is DestinationKind.SM and d.cheap)
+        )
+
+    def choose(
+        self, entry: RouteEntry, n: int, has_room: HasRoom, signature: Signature | None = None
+    ) -> Choice:
+        dests = entry.destinations
+        if all(a in self.free for a in dests):
+            return self.draw(list(dests), has_room, signature)
+        # An expensive choice is eligible. Free selections go first, with the whole batch
+        # and no pilot: this order loses at most their ~µs a tuple, the other the expensive
+        # choice's cost on every tuple they drop (see the module docstring).
+        selections = [a for a in dests if a in self.free_selections]
+        if selections:
+            return self.draw(selections, has_room, signature)
+        return LearningPolicy.choose(self, entry, n, has_room, signature)

@@ -22,6 +22,10 @@ decisions — so ``batch_size=1`` is exactly the per-tuple eddy of the paper.
   each window's end they become the banked tickets the lottery draws with, so the policy
   follows changes in cost and selectivity.
 
+``rank``, ``bandit`` and ``hybrid`` — the default (:data:`DEFAULT_POLICY`): this lottery
+among free choices, ``rank`` with pilots where an SM calling a UDF or an index AM lookup is
+eligible — learn from observed costs and selectivities: :mod:`eddies.router.learning`.
+
 Index AMs (stems-2003): a prior prober bounced by the SteM of alias b goes on to an index AM
 of b's table, so the real cost of probing b's SteM first is the lookup that follows. The
 lottery books an index AM's answers on ``probe:b`` as well (the step the eddy chose), so
@@ -45,7 +49,18 @@ from eddies.router.messages import Returned
 from eddies.router.routing_table import Destination, DestinationKind, RouteEntry
 from eddies.router.tuple_batch import Signature
 
-POLICIES = ("static", "random", "naive", "lottery", "lottery-window", "rank", "bandit")
+POLICIES = (
+    "static",
+    "random",
+    "naive",
+    "lottery",
+    "lottery-window",
+    "rank",
+    "bandit",
+    "hybrid",
+)
+#: The policy of a query that names none (see eddies.router.learning.HybridPolicy).
+DEFAULT_POLICY = "hybrid"
 
 HasRoom = Callable[[int], bool]
 Choice = int | np.ndarray | None
@@ -240,7 +255,11 @@ class LotteryPolicy(RoutingPolicy):
         return np.maximum(self.tickets[dests], 1.0)
 
     def choose(self, entry: RouteEntry, n: int, has_room: HasRoom, signature=None) -> Choice:
-        dests = list(entry.destinations)
+        return self.draw(list(entry.destinations), has_room, signature)
+
+    def draw(self, dests: list[int], has_room: HasRoom, signature: Signature | None) -> Choice:
+        """The lottery's choice among the destination ids ``dests`` (not empty): one id, or
+        None to wait for the favourite's queue."""
         if signature is not None and not signature.built and len(dests) > 1:
             # Selection push-down: an unbuilt singleton passes its UDF-free SMs before its
             # build. Such a predicate costs ~µs a tuple, while a tuple built before it is
@@ -331,10 +350,15 @@ def make_policy(
         return LotteryPolicy(destinations, rng)
     if name == "lottery-window":
         return WindowedLotteryPolicy(destinations, rng, window if window is not None else 0.25)
-    if name in ("rank", "bandit"):
-        from eddies.router.learning import BanditPolicy, RankPolicy  # imports this module
+    if name in ("rank", "bandit", "hybrid"):
+        from eddies.router.learning import (  # imports this module
+            BanditPolicy,
+            HybridPolicy,
+            RankPolicy,
+        )
 
-        return (RankPolicy if name == "rank" else BanditPolicy)(destinations, rng)
+        cls = {"rank": RankPolicy, "bandit": BanditPolicy, "hybrid": HybridPolicy}[name]
+        return cls(destinations, rng)
     raise AssertionError(name)  # pragma: no cover - check_policy_options knows POLICIES
 
 

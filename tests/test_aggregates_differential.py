@@ -24,7 +24,7 @@ from oracle import assert_same_bag, check_all, duckdb_table, make_catalog
 from eddies.engine import EddiesError, execute
 
 MAX_EXAMPLES = int(os.environ.get("EDDIES_AGG_EXAMPLES", "20"))
-POLICIES = ("static", "lottery")
+POLICIES = ("static", "lottery", "hybrid")  # hybrid: the default
 BATCH_SIZES = (None, 7)
 D = decimal.Decimal
 

@@ -2,8 +2,8 @@
 subqueries, UNION [ALL] / INTERSECT [ALL] / EXCEPT [ALL], window functions, QUALIFY,
 GROUP BY ALL, ORDER BY ALL and DISTINCT ON (engine/composite.py, engine/above.py).
 
-Every pinned case runs under the lottery and rank policies at batch sizes 7 and the
-default and must equal DuckDB's result as a bag of rows (and in order where the query
+Every pinned case runs under the lottery, rank and hybrid (default) policies at batch sizes
+7 and the default and must equal DuckDB's result as a bag of rows (and in order where the query
 orders); the tables hold NULLs and duplicates. A hypothesis test builds queries mixing the
 shapes. Streaming: open_query and the CLI run them; a LIMIT over UNION ALL or over a block
 with a scalar subquery stops the eddy early (counted in scanned rows); what cannot run
@@ -30,7 +30,7 @@ from eddies.engine.cli import main
 from eddies.engine.errors import UnsupportedQueryError
 from eddies.engine.streaming import BackgroundQuery
 
-POLICIES = ("lottery", "rank")
+POLICIES = ("lottery", "rank", "hybrid")  # hybrid: the default
 BATCH_SIZES = (None, 7)
 MAX_EXAMPLES = int(os.environ.get("EDDIES_COMPOSITE_EXAMPLES", "12"))
 

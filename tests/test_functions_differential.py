@@ -29,7 +29,7 @@ from eddies.engine import EddiesError, execute
 from eddies.engine.errors import UnsupportedQueryError
 
 MAX_EXAMPLES = int(os.environ.get("EDDIES_FUNC_EXAMPLES", "15"))
-POLICIES = ("static", "lottery")
+POLICIES = ("static", "lottery", "hybrid")  # hybrid: the default
 BATCH_SIZES = (None, 7)
 
 STRINGS = ["", "a", "hello", "héllo wörld", "a,b,,c", "aXbXc", "  pad  ", "abab", "ÄÖü", "x"]

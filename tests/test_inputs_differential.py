@@ -29,7 +29,7 @@ from oracle import assert_same_bag
 from eddies.engine import Catalog, EddiesError, execute, run_query
 from eddies.engine.errors import DataSourceError, UnsupportedQueryError
 
-POLICIES = ("static", "lottery", "rank", "bandit", "random")
+POLICIES = ("static", "lottery", "rank", "bandit", "random", "hybrid")
 BATCH_SIZES = (None, 1, 7)
 ROW_GROUP = 4  # rows per Parquet row group: small, so statistics can skip some
 

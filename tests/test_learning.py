@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pytest
 
 from eddies.engine import Catalog, explain, run_query
+from eddies.engine.options import RunOptions
 from eddies.engine.planner import plan_query
 from eddies.router.estimates import Estimates
 from eddies.router.learning import (
@@ -15,11 +17,12 @@ from eddies.router.learning import (
     SMALL_WORK_SECONDS,
     SPLIT_COST_SECONDS,
     BanditPolicy,
+    HybridPolicy,
     RankPolicy,
     pilot_size,
 )
 from eddies.router.messages import Returned, Work
-from eddies.router.policies import HOLD
+from eddies.router.policies import HOLD, LotteryPolicy, make_policy
 from eddies.router.routing_table import RouteEntry
 from eddies.router.tuple_batch import Signature, singleton_batch
 
@@ -229,3 +232,75 @@ def test_the_rest_stops_waiting_once_an_observed_choice_outranks_a_pilot_still_o
     # (rank -0.94 / 1e-6) goes first.
     state.piloting[1] = (sent_at - 1e9, tuples)
     assert policy.choose(ENTRY, 4000, lambda d: True, SIG) == 0
+
+
+def _udf_policy(cls, sql="SELECT * FROM r WHERE f(r.x) AND r.k < 3"):
+    """A policy over sm1 = f(r.x) (a UDF: may be expensive) and sm2 (default: r.k < 3, a
+    free selection); returns it and the ids of sm1 and sm2."""
+    cat = Catalog()
+    cat.add_table("r", pa.table({"k": [1, 2, 3], "x": [1, 5, 9]}))
+    cat.add_function("f", lambda x: pc.greater(x, 1))
+    cat.add_function("g", lambda x: pc.less(x, 3))
+    p = plan_query(sql, cat)
+    names = {d.name: d.id for d in p.destinations}
+    return cls(p.destinations, np.random.default_rng(0)), names["sm1"], names["sm2"]
+
+
+def test_hybrid_is_the_default_policy():
+    assert RunOptions().policy == "hybrid"
+    assert isinstance(
+        make_policy(RunOptions().policy, _policy(RankPolicy).destinations), HybridPolicy
+    )
+
+
+def test_hybrid_draws_free_choices_by_lottery_tickets():
+    """Among UDF-free SMs (free choices) the hybrid draws as the lottery does with the same
+    seed and the same answers booked: the same picks, one whole batch each, no pilots."""
+    hybrid, lottery = _policy(HybridPolicy), _policy(LotteryPolicy)
+    assert all(d in hybrid.free for d in ENTRY.destinations)
+    for p in (hybrid, lottery):
+        p.on_returned(0, 1000, 10)  # arm 0 keeps 1%: 990 tickets
+        p.on_returned(1, 1000, 900)  # arm 1 keeps 90%: 100 tickets
+    assert hybrid.tickets.tolist() == lottery.tickets.tolist()
+    picks = [hybrid.choose(ENTRY, 4096, lambda d: True, SIG) for _ in range(200)]
+    same = [lottery.choose(ENTRY, 4096, lambda d: True, SIG) for _ in range(200)]
+    assert picks == same
+    assert all(isinstance(c, int) for c in picks)  # whole batches, never split or held
+    assert 0.8 < np.mean(np.asarray(picks) == 0) < 0.97  # ~990 / 1090 of the draws
+    assert not hybrid._state  # rank's per-signature state never entered
+
+
+def test_hybrid_sends_free_selections_before_a_udf_whole_and_unpiloted():
+    """A UDF-free SM eligible beside an SM calling a UDF takes the whole batch first: no
+    pilot, no held tuples (the lottery's first draw might send all of it to the UDF)."""
+    hybrid, udf, cheap = _udf_policy(HybridPolicy)
+    assert udf not in hybrid.free and cheap in hybrid.free_selections
+    entry = RouteEntry((udf, cheap), (None, None))
+    assert hybrid.choose(entry, 2000, lambda d: True, SIG) == cheap
+    assert hybrid.choose(entry, 1, lambda d: True, SIG) == cheap
+    assert not hybrid._state  # nothing piloted
+    lottery, udf_l, cheap_l = _udf_policy(LotteryPolicy)
+    entry_l = RouteEntry((udf_l, cheap_l), (None, None))
+    draws = {lottery.choose(entry_l, 2000, lambda d: True, SIG) for _ in range(50)}
+    assert draws == {udf_l, cheap_l}  # blind draws: whole batches to the UDF too
+
+
+def test_hybrid_pilots_between_expensive_choices_and_ranks_them():
+    """Two SMs calling UDFs: the hybrid pilots both and holds the rest (rank's pilots),
+    then ranks by (s − 1) / c; tickets are booked from those answers too."""
+    hybrid, f, g = _udf_policy(HybridPolicy, "SELECT * FROM r WHERE f(r.x) AND g(r.k)")
+    assert f not in hybrid.free and g not in hybrid.free
+    entry = RouteEntry((f, g), (None, None))
+    choice = hybrid.choose(entry, 2000, lambda d: True, SIG)
+    pilot = pilot_size(2000)
+    assert isinstance(choice, np.ndarray)
+    assert (choice == f).sum() == pilot and (choice == g).sum() == pilot
+    assert (choice == HOLD).sum() == 2000 - 2 * pilot
+    hybrid.works_in_flight = 0
+    hybrid.in_flight_at.clear()
+    _answer(hybrid, f, pilot, pilot // 2, pilot * 1e-2)  # 10 ms a tuple, keeps 50%
+    _answer(hybrid, g, pilot, 0, pilot * 1e-3)  # 1 ms a tuple, keeps none
+    first = np.asarray(hybrid.choose(entry, 2000, lambda d: True, SIG))
+    sent = first[first != HOLD] if first.ndim else first
+    assert np.all(sent == g)
+    assert hybrid.tickets[g] == pilot and hybrid.tickets[f] == pilot - pilot // 2

@@ -36,7 +36,7 @@ U = pa.table(
 )
 W = pa.table({"a": pa.array([1, 2, 2, None], pa.int64()), "e": pa.array([5, 6, 7, 8], pa.int64())})
 TABLES = {"t": T, "u": U, "w": W}
-POLICIES = ["static", "lottery"]
+POLICIES = ["static", "lottery", "hybrid"]  # hybrid: the default
 BATCHES = (None, 1, 7)
 
 RUNS = [
@@ -220,7 +220,7 @@ def test_chain_of_5000_terms_in_select_and_join():
 def test_5000_conjuncts_over_two_tables_share_sms():
     terms = " AND ".join(f"t.b <> {i}" if i % 2 else f"u.d <> {i + 1}" for i in range(5000))
     sql = f"SELECT * FROM t JOIN u ON t.a = u.a WHERE {terms}"
-    check_all(sql, TABLES, policies=["static", "lottery"], batch_sizes=(None, 7))
+    check_all(sql, TABLES, policies=POLICIES, batch_sizes=(None, 7))
 
 
 def test_deep_arithmetic_is_refused_not_recursion_error():
