@@ -253,6 +253,11 @@ class Eddy:
                         self._flush_next()
                         continue
                     break
+                elif self._retry and self._waiting:
+                    # An inline visit answered while this pass routed: what waits for an
+                    # answer (held parts of a split batch) is routed again now. No message
+                    # will arrive for it, so waiting on the inbox would deadlock.
+                    pass
                 else:
                     if self.on_idle is not None and self.idle():
                         self.on_idle()
