@@ -143,6 +143,7 @@ def lower(
             list(streams.values()),
             {t for t, e in plan.tables.items() if e.scans and t not in streams},
             [stem for stem in stems.values() if stem.stream_clock],
+            {t: stem for t, stem in stems.items() if t in streams},
         )
     scans, scan_tables = _scans(plan, table_stores, options, stats, commits)
     sources = _sources(plan, scans, scan_tables)

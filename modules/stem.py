@@ -204,6 +204,23 @@ class ColumnIndex:
         return keys, codes, valid
 
 
+@dataclass
+class SteMState:
+    """What a stream table's SteM holds at a commit point, for a checkpoint.
+
+    rows: the live stored tuples' columns, in build order (expired tuples are left out:
+    no later tuple can join them); done: their stored Done bits (uint64); deadlines: an
+    event-time window's deadline per row (else None); watermark: that window's watermark
+    (None before any row); counters: the window's late/evicted/peak stored rows.
+    """
+
+    rows: pa.Table
+    done: np.ndarray
+    deadlines: np.ndarray | None = None
+    watermark: object = None
+    counters: dict[str, int] = field(default_factory=dict)
+
+
 class SteM(Module):
     """The SteM of one base table (see module docstring). Destinations: one build, and one
     probe per alias of the table (``probe_targets``: destination id -> alias)."""
@@ -570,6 +587,63 @@ class SteM(Module):
         else:
             clock.built(row_ids, raw_ts, self._rows.view(), self._ts.view())
         clock.stored(len(self.store))
+
+    def snapshot(self) -> SteMState:
+        """The live tuples of a stream table's SteM (see :class:`SteMState`).
+
+        Call only at a quiescent point (a commit point: every tuple pushed so far has
+        been routed to completion, no row id is in flight). Vectorized: one gather per
+        column.
+        """
+        clock = self.stream_clock
+        assert clock is not None, "only stream tables' SteMs are checkpointed"
+        rows = self._rows.view()
+        live = ~clock.expired(rows) if clock.window is not None else np.ones(len(rows), bool)
+        ids = rows[live]
+        schema = self.store.schema
+        if len(ids):
+            table = pa.table([self.store.gather(c, ids) for c in schema.names], schema=schema)
+        else:
+            table = schema.empty_table()
+        deadlines = None
+        if isinstance(clock.window, EventTimeWindow) and clock.watermark is not None:
+            deadlines = clock.deadlines_of(ids)
+        evicted = clock.evicted_rows + int(np.count_nonzero(~live))
+        return SteMState(
+            table,
+            self._done.view()[live].copy(),
+            deadlines,
+            clock.watermark,
+            {
+                "late_rows": clock.late_rows,
+                "evicted_rows": evicted,
+                "peak_stored_rows": clock.peak_stored_rows,
+            },
+        )
+
+    def restore(self, state: SteMState) -> tuple[np.ndarray, np.ndarray]:
+        """Rebuild a checkpoint's tuples into this (empty) stream SteM, in their old build
+        order, with fresh build TimeStamps from the query's clock.
+
+        Call at the quiescent point before the streams start: every static tuple is then
+        built and routed, so the restored tuples are newer than all of them (as they were
+        in the run that checkpointed them) and older than every tuple still to come, which
+        therefore finds them by the TimeStamp rule (stems-2003 §3.1). They are not routed
+        again: their results were committed. Indexes are rebuilt lazily on the next probe.
+        Returns the restored (row ids, raw build TimeStamps).
+        """
+        clock = self.stream_clock
+        assert clock is not None and not len(self) and not len(self.store)
+        row_ids = np.zeros(0, dtype=np.int64)
+        for batch in state.rows.combine_chunks().to_batches():
+            row_ids = np.concatenate([row_ids, self.store.append(batch)])
+        raw_ts = self.clock.take(len(row_ids))
+        self._rows.extend(row_ids)
+        self._ts.extend(raw_ts)
+        self._done.extend(np.asarray(state.done, dtype=np.uint64))
+        clock.restore(row_ids, raw_ts, state.deadlines, state.watermark, state.counters)
+        clock.stored(len(self.store))
+        return row_ids, raw_ts
 
     def evict_due(self) -> bool:
         """True when a windowed SteM's dead rows (expired, or never built) are at least
