@@ -330,7 +330,8 @@ def _write_ipc(path: Path, table: pa.Table) -> int:
 
 
 def _read_ipc(path: Path) -> pa.Table:
-    with pa.memory_map(str(path)) as source:
+    # Read into memory, not mapped: the next commit removes this file.
+    with pa.OSFile(str(path), "rb") as source:
         return pa.ipc.open_file(source).read_all()
 
 
