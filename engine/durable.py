@@ -128,15 +128,16 @@ def fingerprint(plan: Plan, options: RunOptions) -> dict[str, Any]:
 class Record:
     """One commit's checkpoint, made in the query's thread, written by a committer.
 
-    seq: the commit's number (1, 2, ... over the life of the checkpoint folder);
-    stems: stream table -> SteMState; taken: stream table -> batch ids taken in full;
+    seq: the commit's number (1, 2, ... over the life of the checkpoint folder); tags: the
+    commit tags; taken: stream table -> the batch ids taken in full (both JSON-encoded as
+    written; decoded when loaded); stems: stream table -> SteMState;
     aggregate: the streaming aggregate's state table (or None) and its stats.
     """
 
     seq: int
-    tags: list[Hashable]
+    tags: list[Any]
     stems: dict[str, SteMState]
-    taken: dict[str, set[Hashable]]
+    taken: dict[str, Any]
     aggregate: pa.Table | None = None
     aggregate_stats: dict[str, Any] | None = None
     written: threading.Event = field(default_factory=threading.Event)
@@ -209,8 +210,12 @@ class DurableState:
         """The checkpoint of the commit ``marker`` (called by the consumer, behind the
         results it stands for, after the aggregate's increment)."""
         stems, taken = marker.state  # type: ignore[misc]
+        # Encoded here, so that an id JSON cannot hold fails the query at once (an
+        # EddiesError) rather than a checkpoint write that later commits would wait for.
+        tags = [_encode(t) for t in marker.tags]
+        ids = {t: [_encode(i) for i in batch_ids] for t, batch_ids in taken.items()}
         seq, self._next_seq = self._next_seq, self._next_seq + 1
-        record = Record(seq, list(marker.tags), stems, taken)
+        record = Record(seq, tags, stems, ids)
         if aggregate is not None:
             record.aggregate = aggregate._state
             stats = dataclasses.asdict(aggregate.stats)
@@ -260,8 +265,8 @@ class DurableState:
             "version": VERSION,
             "seq": record.seq,
             "fingerprint": self.fingerprint,
-            "tags": [_encode(t) for t in record.tags],
-            "taken": {t: [_encode(i) for i in ids] for t, ids in record.taken.items()},
+            "tags": record.tags,
+            "taken": record.taken,
             "stems": {},
             "aggregate": record.aggregate_stats,
         }

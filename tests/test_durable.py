@@ -434,3 +434,13 @@ async def test_open_query_commits_write_the_checkpoint_a_restart_resumes(tmp_pat
     await run(2, 6)  # batch 2 is a replay: ignored
     tables = {s: pa.concat_tables(side(b, s) for b in range(6)) for s in ("l", "r")}
     assert_same_bag(pa.Table.from_batches(got), sql, tables)
+
+
+def test_a_batch_id_json_cannot_hold_fails_the_query_clearly(tmp_path):
+    cat = _catalog()
+    query = BackgroundQuery("SELECT v FROM l", cat, checkpoint=tmp_path)
+    cat.table("l").stream.push(side(0, "l"), frozenset({1}))
+    with pytest.raises(EddiesError, match="batch ids and commit tags must be"):
+        query.commit(0)
+    with pytest.raises(EddiesError, match="batch ids and commit tags must be"):
+        query.result(timeout=60)
