@@ -352,8 +352,9 @@ def _restart_run(ck, sql, pushes, start, stop, hold, dim=None, **options):
     [
         "SELECT l.v, d.name FROM l JOIN dim d ON l.k = d.k",
         "SELECT l.v, r.v AS rv, d.name FROM l JOIN r ON l.k = r.k JOIN dim d ON d.k = r.k",
+        "SELECT a.v, b.v AS bv FROM l a JOIN l b ON a.k = b.k JOIN dim d ON d.k = b.k",
     ],
-    ids=["stream-static", "stream-stream-static"],
+    ids=["stream-static", "stream-stream-static", "stream-self-join"],
 )
 def test_restart_with_static_tables_equals_duckdb(sql, policy, batch_size, tmp_path):
     """Static tables are read again after a restart; their tuples must not find the
