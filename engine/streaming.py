@@ -10,6 +10,8 @@ waits until every pushed tuple has been processed (a commit point, see
 :mod:`eddies.engine.commit_points`) and writes the results since the previous commit to
 the sink, in the producer's thread. Without either, results are collected for
 :meth:`BackgroundQuery.result`, which waits for the end and re-raises the query's error.
+With ``checkpoint=`` (a RunOptions folder), each commit then checkpoints the query's
+state, after the sink write (see :mod:`eddies.engine.durable`).
 """
 
 from __future__ import annotations
