@@ -478,3 +478,24 @@ def test_restart_after_windowed_stems_evicted_equals_an_uninterrupted_run(window
         table_rows(pa.concat_tables(t for _, t in first + second)),
         table_rows(pa.concat_tables(t for _, t in whole)),
     )
+
+
+def test_attach_with_durable_state_refuses_a_query_it_cannot_checkpoint(tmp_path):
+    """Before any Spark query starts (a stand-in streaming DataFrame, the stream table
+    already in the catalog): index AM lookups are not checkpointed."""
+    from eddies.engine.spark import attach
+
+    class Frame:
+        isStreaming = True
+
+    cat = _catalog()
+
+    async def lookup(bind):
+        return [{"k": bind["k"], "w": 1}]
+
+    cat.add_index("i", pa.schema([("k", pa.int64()), ("w", pa.int64())]), on=["k"], lookup=lookup)
+    sql = "SELECT l.v, i.w FROM l JOIN i ON l.k = i.k"
+    with pytest.raises(UnsupportedQueryError, match="index AM lookups"):
+        attach(sql, cat, {"l": Frame()}, checkpoint_location=tmp_path, durable_state=True)
+    with pytest.raises(EddiesError, match="durable_state must be"):
+        attach(sql, cat, {"l": Frame()}, checkpoint_location=tmp_path, durable_state="yes")
