@@ -67,12 +67,15 @@ class CommitPoints:
         static_tables: set[str],
         windowed: list[SteM] | None = None,
         stream_stems: dict[str, SteM] | None = None,
+        lookup_stems: dict[str, SteM] | None = None,
     ) -> None:
         self.eddy: Eddy | None = None  # set when run() starts
         self.streams = streams
         self.static_tables = static_tables
         self.windowed = windowed or []
         self.stream_stems = stream_stems or {}  # stream table -> its SteM (checkpoints)
+        self.lookup_stems = lookup_stems or {}  # table read by an index AM alone -> SteM
+        self.checker: object = None  # the eddy's ConstraintChecker (debug=True), if any
         self._evicted = trio.Event()
         self._requests: list[Commit] = []
         self._wake = trio.Event()

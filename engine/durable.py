@@ -78,13 +78,14 @@ def check_durable(plan: Plan, streaming: StreamingPlan | None) -> None:
     streams = {t for t, e in plan.tables.items() if e.stream is not None}
     if not streams:
         raise EddiesError("checkpoint= applies to queries over stream tables; this one reads none")
-    if any(a.kind is AccessKind.INDEX for a in graph.access):
-        raise UnsupportedQueryError(
-            "checkpoint=: index AM lookups (web sources, lookup_on) are not checkpointed: "
-            "their answers are not cached with the checkpoint, so a replayed micro-batch "
-            "could see another enrichment. Run without checkpoint= (exactly-once within one "
-            "run) or read the table with a scan"
-        )
+    for table in {a.table for a in graph.access if a.kind is AccessKind.INDEX}:
+        if table in streams or graph.has_scan(table) or len(graph.indexes_of(table)) > 1:
+            raise UnsupportedQueryError(
+                f"checkpoint=: table {table!r} is read by an index AM and another AM (a "
+                "scan or a second index); only a table read by one index AM alone has its "
+                "lookup answers checkpointed. Run without checkpoint= (exactly-once within "
+                "one run) or give the table one AM"
+            )
     if graph.steps:
         raise UnsupportedQueryError(
             "checkpoint=: outer joins and [NOT] IN / [NOT] EXISTS over streams are not "
@@ -120,6 +121,11 @@ def fingerprint(plan: Plan, options: RunOptions) -> dict[str, Any]:
         "streams": {
             t: {"schema": str(e.stream.schema), "window": repr(e.window)}
             for t, e in sorted(streams.items())
+        },
+        "lookups": {
+            t: [str(e.schema), [list(i.on) for i in e.indexes]]
+            for t, e in sorted(plan.tables.items())
+            if e.indexes and t not in streams
         },
     }
 
@@ -188,21 +194,29 @@ class DurableState:
         """Give the commit points their hooks: a snapshot at every grant, and the SteMs'
         restore before the streams start."""
         points.on_snapshot = lambda: self.snapshot(points)
-        if self.loaded is not None and self.loaded.stems:
-            stems = self.loaded.stems
-            points.restore = lambda: self._restore(points, stems)
+        if self.loaded is None:
+            return
+        streams = {t: s for t, s in self.loaded.stems.items() if t in points.stream_stems}
+        # The lookup cache first, now, before any task starts: its tuples are the oldest.
+        self._restore(points, points.lookup_stems, self.loaded.stems)
+        if streams:
+            points.restore = lambda: self._restore(points, points.stream_stems, streams)
 
-    def _restore(self, points: CommitPoints, stems: dict[str, SteMState]) -> None:
-        checker = points.eddy.checker if points.eddy is not None else None
-        for table, state in stems.items():
-            row_ids, raw_ts = points.stream_stems[table].restore(state)
-            if checker is not None:  # debug=True: the restored tuples count as built
-                checker.record_builds(table, row_ids, raw_ts)
+    def _restore(self, points: CommitPoints, stems: dict, states: dict[str, SteMState]) -> None:
+        for table, stem in stems.items():
+            if table not in states:
+                continue
+            row_ids, raw_ts = stem.restore(states[table])
+            if points.checker is not None:  # debug=True: the restored tuples count as built
+                points.checker.record_builds(table, row_ids, raw_ts)
 
     # ------------------------------------------------------------------ commit
     def snapshot(self, points: CommitPoints) -> tuple[dict, dict]:
-        """At a grant (quiescent): every stream SteM's live tuples, every stream's ids."""
-        stems = {t: stem.snapshot() for t, stem in points.stream_stems.items()}
+        """At a grant (quiescent): every stream SteM's live tuples, every looked-up
+        table's tuples and EOTs, every stream's ids."""
+        stems = {
+            t: stem.snapshot() for t, stem in (points.stream_stems | points.lookup_stems).items()
+        }
         taken = {s.name: set(s.processed) for s in points.streams}
         return stems, taken
 
@@ -276,7 +290,13 @@ class DurableState:
             if state.deadlines is not None:
                 rows = rows.append_column(_DEADLINE, pa.array(state.deadlines))
             size += _write_ipc(temporary / f"stem-{table}.arrow", rows)
-            meta["stems"][table] = {"watermark": state.watermark, "counters": state.counters}
+            for i, values in enumerate(state.eots.values()):
+                size += _write_ipc(temporary / f"stem-{table}-eot{i}.arrow", values)
+            meta["stems"][table] = {
+                "watermark": state.watermark,
+                "counters": state.counters,
+                "eots": [list(cols) for cols in state.eots],
+            }
         if record.aggregate is not None:
             size += _write_ipc(temporary / "aggregate.arrow", record.aggregate)
         meta["has_aggregate_state"] = record.aggregate is not None
@@ -315,7 +335,13 @@ class DurableState:
                 deadlines = rows.column(_DEADLINE).to_numpy()
                 rows = rows.drop_columns([_DEADLINE])
             rows = rows.drop_columns([_DONE])
-            stems[table] = SteMState(rows, done, deadlines, info["watermark"], info["counters"])
+            eots = {
+                tuple(cols): _read_ipc(path / f"stem-{table}-eot{i}.arrow")
+                for i, cols in enumerate(info["eots"])
+            }
+            stems[table] = SteMState(
+                rows, done, deadlines, info["watermark"], info["counters"], eots
+            )
         aggregate = _read_ipc(path / "aggregate.arrow") if meta["has_aggregate_state"] else None
         return Record(
             meta["seq"],

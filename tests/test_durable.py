@@ -258,7 +258,7 @@ def _catalog() -> Catalog:
         ("SELECT v FROM l LIMIT 3", {}, "give output_mode"),
         ("WITH x AS (SELECT v FROM l) SELECT v FROM x", {}, "composite"),
         ("SELECT l.v FROM l LEFT JOIN d ON l.k = d.k", {}, "outer joins"),
-        ("SELECT l.v, i.w FROM l JOIN i ON l.k = i.k", {}, "index AM lookups"),
+        ("SELECT l.v, i.w FROM l JOIN i ON l.k = i.k", {}, "read by an index AM and another"),
     ],
 )
 def test_state_that_is_not_checkpointed_is_refused(sql, options, message, tmp_path):
@@ -267,6 +267,7 @@ def test_state_that_is_not_checkpointed_is_refused(sql, options, message, tmp_pa
     async def lookup(bind):
         return [{"k": bind["k"], "w": 1}]
 
+    cat.add_table("i", pa.table({"k": pa.array([1], pa.int64()), "w": pa.array([1], pa.int64())}))
     cat.add_index("i", pa.schema([("k", pa.int64()), ("w", pa.int64())]), on=["k"], lookup=lookup)
     query = BackgroundQuery(sql, cat, checkpoint=str(tmp_path), **options)
     with pytest.raises(UnsupportedQueryError, match=message):
@@ -482,7 +483,7 @@ def test_restart_after_windowed_stems_evicted_equals_an_uninterrupted_run(window
 
 def test_attach_with_durable_state_refuses_a_query_it_cannot_checkpoint(tmp_path):
     """Before any Spark query starts (a stand-in streaming DataFrame, the stream table
-    already in the catalog): index AM lookups are not checkpointed."""
+    already in the catalog): a table read by a scan and an index AM is not checkpointed."""
     from eddies.engine.spark import attach
 
     class Frame:
@@ -493,9 +494,80 @@ def test_attach_with_durable_state_refuses_a_query_it_cannot_checkpoint(tmp_path
     async def lookup(bind):
         return [{"k": bind["k"], "w": 1}]
 
+    cat.add_table("i", pa.table({"k": pa.array([1], pa.int64()), "w": pa.array([1], pa.int64())}))
     cat.add_index("i", pa.schema([("k", pa.int64()), ("w", pa.int64())]), on=["k"], lookup=lookup)
     sql = "SELECT l.v, i.w FROM l JOIN i ON l.k = i.k"
-    with pytest.raises(UnsupportedQueryError, match="index AM lookups"):
+    with pytest.raises(UnsupportedQueryError, match="read by an index AM and another"):
         attach(sql, cat, {"l": Frame()}, checkpoint_location=tmp_path, durable_state=True)
     with pytest.raises(EddiesError, match="durable_state must be"):
         attach(sql, cat, {"l": Frame()}, checkpoint_location=tmp_path, durable_state="yes")
+
+
+LOOKUP_SQL = "SELECT l.v, i.w FROM l JOIN i ON l.k = i.k"
+
+
+@pytest.mark.parametrize(("policy", "batch_size"), [("lottery", 7), ("random", 1), ("rank", None)])
+def test_lookup_answers_are_checkpointed_so_a_restart_sees_the_same_enrichment(
+    policy, batch_size, tmp_path
+):
+    """An index AM's answers (the looked-up table's SteM and its EOTs: the lookup cache)
+    are checkpointed: after a restart, keys looked up before the last commit are answered
+    from the cache, as in an uninterrupted run, even though the source now answers
+    otherwise (``version``); keys first seen later get the new answer in both runs."""
+    version = {"now": 1}
+    lookups = []
+
+    async def lookup(bind):
+        lookups.append(bind["k"])
+        return [{"k": bind["k"], "w": bind["k"] * 10 + version["now"]}]
+
+    def run(ck, start, stop, hold):
+        cat = Catalog()
+        stream = cat.add_stream("l", side(0, "l").schema)
+        cat.add_index(
+            "i", pa.schema([("k", pa.int64()), ("w", pa.int64())]), on=["k"], lookup=lookup
+        )
+        sink = MemorySink()
+        query = BackgroundQuery(
+            LOOKUP_SQL,
+            cat,
+            sink=sink,
+            checkpoint=ck,
+            debug=True,
+            policy=policy,
+            batch_size=batch_size,
+        )
+        for b in list(range(start, stop)) + ([hold] if hold is not None else []):
+            version["now"] = 1 if b < 4 else 2  # the source changes its answers at batch 4
+            stream.push(side(b, "l"), ("l", b))
+            if b != hold:
+                query.commit(b)
+        stream.close()
+        query.result(timeout=120)
+        return [(t, x) for t, x in sink.increments if hold is None or t != "final"]
+
+    whole = run(tmp_path / "a", 0, N, None)
+    first = run(tmp_path / "b", 0, 4, 4)
+    looked_before = len(lookups)
+    second = run(tmp_path / "b", 2, N, None)
+    ours = pa.concat_tables(t for _, t in first + second)
+    assert_bags_equal(table_rows(ours), table_rows(pa.concat_tables(t for _, t in whole)))
+    # DuckDB: each key's answer is the one of the version of the batch it first came in.
+    first_seen = {}
+    for b in range(N):
+        for k in side(b, "l")["k"].to_pylist():
+            if k is not None:
+                first_seen.setdefault(k, b)
+    answers = pa.table(
+        {
+            "k": pa.array(list(first_seen), pa.int64()),
+            "w": pa.array(
+                [k * 10 + (1 if b < 4 else 2) for k, b in first_seen.items()], pa.int64()
+            ),
+        }
+    )
+    every = pa.concat_tables(side(b, "l") for b in range(N))
+    assert_same_bag(ours, LOOKUP_SQL, {"l": every, "i": answers})
+    # The restart looked up only keys the checkpoint did not hold.
+    cached = {k for k, b in first_seen.items() if b < 4}
+    assert not cached & set(lookups[looked_before:])
