@@ -5,7 +5,8 @@ checkpointed BackgroundQuery and commits each, as Spark's foreachBatch would.
 
 KIND: ``join`` (a stream-stream join), ``window`` (the same with a RowWindow on one
 side), ``agg`` (an update-mode aggregate with a watermark), ``joinagg`` (an aggregate over
-a stream-stream join). Batches START..STOP-1 are pushed and committed (commit tag =
+a stream-stream join), ``lookup`` (a stream enriched by an index AM whose source changes
+its answers at batch NEW_ANSWERS_FROM). Batches START..STOP-1 are pushed and committed (commit tag =
 batch id); increments go to a ParquetSink in OUT. After each commit it prints
 ``committed <b>``. ``--hold K``: after committing batch K it pushes batch K+1 (taken, not
 committed), prints ``holding`` and blocks on stdin, to be killed. ``--die-in-sink K``: it
@@ -41,7 +42,10 @@ QUERIES = {
         "sum(v) AS s, min(v) AS lo FROM events GROUP BY minute, page"
     ),
     "joinagg": "SELECT l.k, count(*) AS n, sum(r.v) AS s FROM l JOIN r ON l.k = r.k GROUP BY l.k",
+    "lookup": "SELECT l.v, i.w FROM l JOIN i ON l.k = i.k",
 }
+#: ``lookup``: the looked-up source answers ``k * 10 + 1`` before this batch, ``+ 2`` from it.
+NEW_ANSWERS_FROM = 4
 
 
 def side(b: int, which: str) -> pa.Table:
@@ -93,7 +97,18 @@ def main() -> None:
 
     catalog = Catalog()
     options: dict = {"policy": args.policy, "batch_size": args.batch_size, "seed": 7}
-    if args.kind == "agg":
+    current = {"batch": 0}
+
+    async def lookup(bind: dict) -> list[dict]:
+        new = current["batch"] >= NEW_ANSWERS_FROM
+        return [{"k": bind["k"], "w": bind["k"] * 10 + (2 if new else 1)}]
+
+    if args.kind == "lookup":
+        streams = {"l": catalog.add_stream("l", SCHEMA)}
+        catalog.add_index(
+            "i", pa.schema([("k", pa.int64()), ("w", pa.int64())]), on=["k"], lookup=lookup
+        )
+    elif args.kind == "agg":
         streams = {"events": catalog.add_stream("events", EVENTS)}
         options |= {"output_mode": "update", "watermarks": {"events": ("ts", "30 seconds")}}
     else:
@@ -111,6 +126,7 @@ def main() -> None:
     )
 
     def push(b: int) -> None:
+        current["batch"] = b
         for name, stream in streams.items():
             stream.push(events(b) if name == "events" else side(b, name), (name, b))
 

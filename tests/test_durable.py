@@ -18,7 +18,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from durable_driver import QUERIES, events, side
+from durable_driver import NEW_ANSWERS_FROM, QUERIES, events, side
 from hypothesis import HealthCheck, given, settings
 from oracle import assert_bags_equal, assert_same_bag, table_rows
 
@@ -79,6 +79,19 @@ def _assert_same_increments(ours: dict[str, pa.Table], uninterrupted: dict[str, 
 def _all_rows(kind: str) -> dict[str, pa.Table]:
     if kind == "agg":
         return {"events": pa.concat_tables(events(b) for b in range(N))}
+    if kind == "lookup":  # each key answered as when it was first looked up
+        first_seen: dict[int, int] = {}
+        for b in range(N):
+            for k in side(b, "l")["k"].to_pylist():
+                if k is not None:
+                    first_seen.setdefault(k, b)
+        answers = [k * 10 + (1 if b < NEW_ANSWERS_FROM else 2) for k, b in first_seen.items()]
+        return {
+            "l": pa.concat_tables(side(b, "l") for b in range(N)),
+            "i": pa.table(
+                {"k": pa.array(list(first_seen), pa.int64()), "w": pa.array(answers, pa.int64())}
+            ),
+        }
     return {s: pa.concat_tables(side(b, s) for b in range(N)) for s in ("l", "r")}
 
 
@@ -97,14 +110,14 @@ def _latest_per_group(increments: dict[str, pa.Table], keys: int) -> pa.Table:
 
 def _check_against_duckdb(kind: str, increments: dict[str, pa.Table]) -> None:
     sql = QUERIES[kind]
-    if kind in ("join",):
+    if kind in ("join", "lookup"):
         assert_same_bag(_union(increments), sql, _all_rows(kind))
     elif kind in ("agg", "joinagg"):  # no row is late in this data: every group's last value
         keys = 2 if kind == "agg" else 1
         assert_same_bag(_latest_per_group(increments, keys), sql, _all_rows(kind))
 
 
-@pytest.mark.parametrize("kind", ["join", "window", "agg", "joinagg"])
+@pytest.mark.parametrize("kind", ["join", "window", "agg", "joinagg", "lookup"])
 def test_a_query_killed_mid_stream_resumes_from_its_checkpoint_exactly_once(kind, tmp_path):
     _run(kind, tmp_path / "ck-a", tmp_path / "a", 0, N)
     uninterrupted = _increments(tmp_path / "a")
