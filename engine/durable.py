@@ -2,8 +2,10 @@
 restart, exactly-once.
 
 A query over stream tables holds state between micro-batches: the stream tables' SteMs
-(stems-2003 §2.1.4; with their windows' expiries and watermarks, §2.3) and, above the
-eddy, a streaming aggregate's per-group partial states (:mod:`eddies.engine.incremental`).
+(stems-2003 §2.1.4; with their windows' expiries and watermarks, §2.3), the SteMs of
+tables read by an index AM alone (the lookup cache: looked-up tuples and their EOTs) and,
+above the eddy, a streaming aggregate's per-group partial states
+(:mod:`eddies.engine.incremental`).
 With ``checkpoint=<folder>`` (RunOptions) that state is written at every commit point
 (:mod:`eddies.engine.commit_points`), together with the ids of the micro-batches it
 contains, so that a restarted query — the same SQL over the same catalog — resumes where
@@ -16,7 +18,8 @@ the last completed commit left it:
   consumer meets the commit's marker, behind every result of those tuples: the same cut;
 - **the files**: ``<folder>/commit-<seq>/`` holds ``meta.json`` (the query's fingerprint,
   the commit tags, the batch ids taken per stream, counters), one Arrow IPC file per
-  stream SteM (its live tuples, build order, Done bits, event-time deadlines) and
+  SteM (its live tuples, build order, Done bits, event-time deadlines; EOT values of a
+  looked-up table in ``stem-<table>-eot<i>.arrow``) and
   ``aggregate.arrow`` (the groups' partial states). It is written under a temporary name,
   fsynced and renamed: a crash leaves either the previous commit or this one, never half
   of one. Older commits are then removed;
@@ -26,16 +29,19 @@ the last completed commit left it:
   a crash after both ignores the replay. Either way each batch's results reach the sink
   once;
 - **the restart**: the streams ignore pushes of the batch ids the checkpoint holds (a
-  replay, as Spark does after a restart from its own checkpoint); the SteMs get their
+  replay, as Spark does after a restart from its own checkpoint); the lookup cache is
+  restored before any tuple is built (its tuples are the oldest; keys looked up before
+  the last commit are answered from it, not looked up again); the stream SteMs get their
   tuples back at the quiescent moment after the static tables are read and before the
   streams start, with fresh build TimeStamps newer than every static tuple and older than
   every new stream tuple, so new tuples find them (TimeStamp rule, §3.1) and static tuples
   do not (as in the first run); the aggregate gets its groups, watermark and counters back.
 
-What cannot be checkpointed is refused (:func:`check_durable`): index AM lookups (their
-answers are not cached with the checkpoint, so a replayed micro-batch could see another
-enrichment), outer joins and [NOT] IN/EXISTS steps, aggregates, ORDER BY, DISTINCT and
-LIMIT finished only when the streams end (give an ``output_mode``), composite queries.
+What cannot be checkpointed is refused (:func:`check_durable`): a table read by an index
+AM and another AM, outer joins and [NOT] IN/EXISTS steps, aggregates, ORDER BY, DISTINCT
+and LIMIT finished only when the streams end (give an ``output_mode``), composite queries.
+Lookups made by a replayed micro-batch's first run after the last commit are not cached:
+the replay looks them up again.
 """
 
 from __future__ import annotations

@@ -21,8 +21,8 @@ streaming aggregate's groups, with the batch ids they hold — is checkpointed u
 (:mod:`eddies.engine.durable`): a restarted attachment resumes from the last completed
 commit, ignores Spark's replay of a batch it committed, and a stream-stream join joins the
 tuples from before the restart with those after it. Queries whose state cannot be
-checkpointed (index AM lookups, outer joins; see ``durable_state``) keep only the
-within-attachment guarantee.
+checkpointed (a table read by an index AM and a scan, outer joins; see ``durable_state``)
+keep only the within-attachment guarantee.
 
 The scale-out mode (independent eddies over Spark partitions) is
 :mod:`eddies.engine.partitioned`; both live in the engine layer because they drive whole
