@@ -618,6 +618,8 @@ class SteM(Module):
             )
             for cols, logged in self._eot_log.items()
         }
+        for cols, values in eots.items():  # one entry per bind-column list from now on
+            self._eot_log[cols] = [tuple(c.combine_chunks() for c in values.columns)]
         if clock is None:
             return SteMState(table, self._done.view()[live].copy(), eots=eots)
         deadlines = None
