@@ -48,9 +48,10 @@ class RunOptions:
     ``(event-time column, allowed lateness)``, the lateness as text (``"10 seconds"``) or
     a ``datetime.timedelta``; kept as name -> (column, timedelta). Needs an output_mode.
     checkpoint: a folder (str or path; kept as str) where a query over stream tables
-    checkpoints its state — stream SteMs, windows, a streaming aggregate, the batch ids
-    taken — at every commit point, and from which a restarted query with the same SQL
-    resumes (see :mod:`eddies.engine.durable`); None: state lives in memory only.
+    checkpoints its state — stream SteMs, windows, a streaming aggregate, the lookup
+    cache, the batch ids taken — at every commit point, and from which a restarted query
+    with the same SQL resumes (see :mod:`eddies.engine.durable`); None: state lives in
+    memory only.
 
     Raises EddiesError naming the option and the bad value; ``True`` is not a number here.
     """
