@@ -19,7 +19,8 @@ import trio
 from eddies.engine.catalog import Catalog
 from eddies.engine.commit_points import Commit, CommitPoints
 from eddies.engine.composite import CompositeResults, is_composite, open_composite
-from eddies.engine.errors import EddiesError
+from eddies.engine.durable import DurableState, check_durable
+from eddies.engine.errors import EddiesError, UnsupportedQueryError
 from eddies.engine.finalize import Finalizer
 from eddies.engine.incremental import (
     AggregateStats,
@@ -59,8 +60,10 @@ class QueryResults:
         stats: RunStats,
         stop: trio.CancelScope,
         streaming: StreamingPlan | None = None,
+        durable: DurableState | None = None,
     ) -> None:
         self.plan = plan
+        self.durable = durable  # checkpoint=: the query's checkpoint folder
         self.schema = plan.finalize.schema
         self.stats = stats
         self._receive = receive
@@ -91,9 +94,17 @@ class QueryResults:
         (else []). Another task must be iterating the results meanwhile. Raises EddiesError
         if the query reads no stream table.
         """
+        commit = await self.commit_point(tag)
+        if self.durable is not None:  # checkpointed once the caller has the results
+            await trio.to_thread.run_sync(self.durable.settle, commit)
+        return commit.results
+
+    async def commit_point(self, tag: Hashable) -> Commit:
+        """As :meth:`commit`, but the granted :class:`Commit` (with its checkpoint
+        record, not written yet: see :meth:`DurableState.settle`)."""
         if self.commit_points is None:
             raise EddiesError("commit points exist only for queries over stream tables")
-        return await self.commit_points.request(tag)
+        return await self.commit_points.request_commit(tag)
 
     def take_increment(self) -> list[pa.RecordBatch]:
         """The result batches kept since the last commit point (``keep_increments``)."""
@@ -113,6 +124,8 @@ class QueryResults:
                         if self.keep_increments:
                             self._since_commit.append(out)
                     batch.results, self._since_commit = self._since_commit, []
+                    if self.durable is not None and batch.state is not None:
+                        batch.checkpoint = self.durable.record(batch, self._incremental)
                     batch.done.set()
                     for out in outs:
                         yield out
@@ -182,6 +195,11 @@ async def open_query(
     catalog = _check_catalog(catalog)
     root = parse_statement(_check_sql(sql), [name.lower() for name in catalog.functions])
     if is_composite(root):  # WITH, subqueries, set operations, windows: composite.py
+        if options.checkpoint is not None:
+            raise UnsupportedQueryError(
+                "checkpoint=: composite queries (WITH, subqueries, set operations, window "
+                "functions) are not checkpointed"
+            )
         try:
             async with open_composite(root, catalog, options, _open_eddy) as results:
                 yield results
@@ -201,6 +219,10 @@ async def _open_eddy(
     streaming = plan_streaming(plan, options)
     stats = RunStats(plan.graph, plan.destinations, functions=plan.udf_stats)
     event_times = EventTimes(streaming.watermarks if streaming is not None else [])
+    durable = None
+    if options.checkpoint is not None:
+        check_durable(plan, streaming)
+        durable = DurableState(options.checkpoint, plan, options)
     if options.seed is not None:
         seed_scheduler(options.seed)
     send, receive = trio.open_memory_channel(RESULT_BUFFER)
@@ -215,7 +237,9 @@ async def _open_eddy(
             # Only the query's own tasks sit under ``stop``: a LIMIT that cancels it must
             # not cancel the caller's code running in the body of this context manager.
             stop = trio.CancelScope()
-            results = QueryResults(plan, receive, stats, stop, streaming)
+            results = QueryResults(plan, receive, stats, stop, streaming, durable)
+            if durable is not None:  # the last commit's batch ids, aggregate, watermarks
+                durable.resume(results._incremental, event_times)
             for table in event_times.columns:  # the watermarks' event times, as taken
                 plan.tables[table].stream.on_take = event_times.hook(table)
             nursery.start_soon(
@@ -252,6 +276,8 @@ async def _run_until_stopped(
 ) -> None:
     def attach(points: CommitPoints) -> None:
         results.commit_points = points
+        if results.durable is not None:
+            results.durable.attach(points)
         if event_times.columns:  # the watermark advances to what was taken at the grant
             points.on_grant = event_times.snapshot
 

@@ -40,6 +40,11 @@ class Commit:
     # What ``CommitPoints.on_grant`` saw at the quiescent moment (a streaming aggregate's
     # largest event time per stream: the watermark advances to it at this commit).
     at_grant: object = None
+    # What ``CommitPoints.on_snapshot`` took at the grant (the SteMs' durable state), and
+    # the checkpoint record the consumer made of it and of what lies above the eddy.
+    state: object = None
+    checkpoint: object = None
+    owner: bool = True  # the first request of a grant: it got the results
 
 
 class CommitPoints:
@@ -61,11 +66,16 @@ class CommitPoints:
         streams: list[StreamTable],
         static_tables: set[str],
         windowed: list[SteM] | None = None,
+        stream_stems: dict[str, SteM] | None = None,
+        lookup_stems: dict[str, SteM] | None = None,
     ) -> None:
         self.eddy: Eddy | None = None  # set when run() starts
         self.streams = streams
         self.static_tables = static_tables
         self.windowed = windowed or []
+        self.stream_stems = stream_stems or {}  # stream table -> its SteM (checkpoints)
+        self.lookup_stems = lookup_stems or {}  # table read by an index AM alone -> SteM
+        self.checker: object = None  # the eddy's ConstraintChecker (debug=True), if any
         self._evicted = trio.Event()
         self._requests: list[Commit] = []
         self._wake = trio.Event()
@@ -74,6 +84,11 @@ class CommitPoints:
         # Called at each grant, while the dataflow is quiescent; its value rides on the
         # marker (Commit.at_grant). Set before the query's tasks start.
         self.on_grant: Callable[[], object] | None = None
+        # Durable state (eddies.engine.durable): ``on_snapshot`` is called at each grant,
+        # its value rides on the marker (Commit.state); ``restore`` is called once, at the
+        # quiescent moment after the static tables are read and before the streams start.
+        self.on_snapshot: Callable[[], object] | None = None
+        self.restore: Callable[[], None] | None = None
         # Set once every static table's scans have finished: the streams' scan AMs wait
         # for it, so static tables are older than every stream tuple (windows rely on it).
         self.streams_may_start = trio.Event()
@@ -124,11 +139,16 @@ class CommitPoints:
         """Wait for the next commit point; the result batches since the previous one.
 
         Must be called in the query's trio run (producers use ``trio.from_thread``)."""
+        return (await self.request_commit(tag)).results
+
+    async def request_commit(self, tag: Hashable) -> Commit:
+        """As :meth:`request`, but the granted :class:`Commit` itself (its ``results``,
+        ``checkpoint`` record and whether this request ``owner``s them)."""
         commit = Commit([tag])
         self._requests.append(commit)
         self._wake.set()
         await commit.done.wait()
-        return commit.results
+        return commit
 
     async def run(self, eddy: Eddy, results: trio.MemorySendChannel) -> None:
         """The long-lived task: sends a :class:`Commit` marker down ``results`` at each
@@ -144,6 +164,11 @@ class CommitPoints:
                 if not self.streams_may_start.is_set():
                     if not eddy.scans_closed(self.static_tables):
                         continue
+                    if self.restore is not None:  # every static tuple built and routed
+                        if not eddy.idle():
+                            continue
+                        restore, self.restore = self.restore, None
+                        restore()
                     self.streams_may_start.set()
                 if self._requests and self.quiescent():
                     await self._grant(results)
@@ -155,9 +180,13 @@ class CommitPoints:
         marker = Commit([tag for c in waiting for tag in c.tags])
         if self.on_grant is not None:
             marker.at_grant = self.on_grant()
+        if self.on_snapshot is not None:
+            marker.state = self.on_snapshot()
         self.granted += 1
         await results.send(marker)
         await marker.done.wait()
         for c in waiting:
             c.results = marker.results if c is waiting[0] else []
+            c.owner = c is waiting[0]
+            c.checkpoint = marker.checkpoint
             c.done.set()

@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import math
+import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from numbers import Integral, Real
@@ -54,6 +55,11 @@ class RunOptions:
     never migrate: the EddyJoins baseline of stairs-2004) or ``"stairs"`` (STAIRs with
     state migration by the greedy policy of stairs-2004 §4.1); see
     :mod:`eddies.engine.join_state` for what they refuse.
+    checkpoint: a folder (str or path; kept as str) where a query over stream tables
+    checkpoints its state — stream SteMs, windows, a streaming aggregate, the lookup
+    cache, the batch ids taken — at every commit point, and from which a restarted query
+    with the same SQL resumes (see :mod:`eddies.engine.durable`); None: state lives in
+    memory only.
 
     Raises EddiesError naming the option and the bad value; ``True`` is not a number here.
     """
@@ -70,6 +76,7 @@ class RunOptions:
     output_mode: str | None = None
     watermarks: Mapping[str, tuple[str, dt.timedelta]] | None = None
     join_state: str = "stems"
+    checkpoint: str | None = None
 
     def __post_init__(self) -> None:
         _check_int(self, "batch_size", minimum=1)
@@ -105,6 +112,12 @@ class RunOptions:
                 f"output_mode must be one of {', '.join(OUTPUT_MODES)} or None, "
                 f"got {self.output_mode!r}"
             )
+        if self.checkpoint is not None:
+            if not isinstance(self.checkpoint, str | os.PathLike) or not str(self.checkpoint):
+                raise EddiesError(
+                    f"checkpoint must be a folder (a str or path), got {self.checkpoint!r}"
+                )
+            object.__setattr__(self, "checkpoint", os.fspath(self.checkpoint))
         if self.watermarks is not None:
             object.__setattr__(self, "watermarks", _check_watermarks(self.watermarks) or None)
             if self.watermarks and self.output_mode is None:

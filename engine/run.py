@@ -160,6 +160,8 @@ def lower(
             list(streams.values()),
             {t for t, e in plan.tables.items() if e.scans and t not in streams},
             [stem for stem in stems.values() if stem.stream_clock],
+            {t: stem for t, stem in stems.items() if t in streams},
+            {t: stem for t, stem in stems.items() if t not in streams and graph.has_index(t)},
         )
     scans, scan_tables = _scans(plan, table_stores, options, stats, commits, stairs)
     sources = _sources(plan, scans, scan_tables)
@@ -195,6 +197,8 @@ def lower(
             if options.inlined and modules[d.module].inline
         },
     )
+    if commits is not None:
+        commits.checker = eddy.checker
     return Lowered(
         modules,
         {name: receive for name, (_, receive) in channels.items()},

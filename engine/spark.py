@@ -14,12 +14,15 @@ Exactly-once at the eddy. Spark runs a ``batch_id`` again after a failed attempt
 callback, and, when a query restarts from its checkpoint location, the last batch whose
 callback did not finish. Within one attachment the stream table remembers every batch id
 it took and ignores a replay: no rows, no results, no sink write. Across a restart of the
-process the eddy's state (its SteMs) starts empty: Spark's checkpoint (one folder per
-stream under ``checkpoint_location``) says where each stream resumes, so no batch is lost
-and none is fed twice, and a stream-static join's increments are the same as before —
-:class:`~eddies.engine.sinks.ParquetSink` names files by tag, so a replayed increment
-replaces its file. A stream-stream join restarted this way joins only what arrives after
-the restart (see docs/streaming.md).
+process, Spark's checkpoint (one folder per stream under ``checkpoint_location``) says
+where each stream resumes, and the eddy's own state — its stream SteMs, windows and a
+streaming aggregate's groups, with the batch ids they hold — is checkpointed under
+``<checkpoint_location>/_eddies_state`` at every commit point, after the sink write
+(:mod:`eddies.engine.durable`): a restarted attachment resumes from the last completed
+commit, ignores Spark's replay of a batch it committed, and a stream-stream join joins the
+tuples from before the restart with those after it. Queries whose state cannot be
+checkpointed (a table read by an index AM and a scan, outer joins; see ``durable_state``)
+keep only the within-attachment guarantee.
 
 The scale-out mode (independent eddies over Spark partitions) is
 :mod:`eddies.engine.partitioned`; both live in the engine layer because they drive whole
@@ -28,6 +31,7 @@ queries.
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -47,6 +51,9 @@ from eddies.modules.window import Window
 from eddies.sources.stream import StreamTable
 
 log = structlog.get_logger("eddies.spark")
+
+#: The folder under ``checkpoint_location`` where the eddy's state is checkpointed.
+STATE_FOLDER = "_eddies_state"
 
 
 @dataclass(frozen=True)
@@ -80,6 +87,7 @@ class SparkAttachment:
         self.streams = streams
         self.streaming_queries: dict[str, Any] = {}
         self.micro_batches: list[MicroBatch] = []
+        self.durable = False  # the eddy's state is checkpointed (see attach's durable_state)
         self._on_micro_batch = on_micro_batch
         self._lock = threading.Lock()
 
@@ -195,6 +203,7 @@ def attach(
     watermarks: Mapping[str, tuple[str, Any]] | None = None,
     query_name: str | None = None,
     on_micro_batch: Callable[[MicroBatch], Any] | None = None,
+    durable_state: bool | None = None,
     options: RunOptions | None = None,
     **kwargs: Any,
 ) -> SparkAttachment:
@@ -212,7 +221,11 @@ def attach(
     micro-batch (see :mod:`eddies.engine.incremental`; None: when the streams end).
     watermarks: stream name -> ``(event-time column, lateness)``, e.g. ``("ts", "10
     seconds")``, as Spark's ``withWatermark``. on_micro_batch: called
-    with a :class:`MicroBatch` after each commit (progress displays). options (or
+    with a :class:`MicroBatch` after each commit (progress displays). durable_state: True
+    checkpoints the eddy's state in ``<checkpoint_location>/_eddies_state`` (see
+    :mod:`eddies.engine.durable`) and refuses a query whose state cannot be; None (the
+    default) checkpoints it when it can, and otherwise logs a warning and keeps the state
+    in memory (``attachment.durable`` says which); False never checkpoints. options (or
     keywords: policy, batch_size, ...): the :class:`~eddies.engine.options.RunOptions`.
 
     Raises DataSourceError for a name that is a static table, EddiesError for a bad query
@@ -232,6 +245,10 @@ def attach(
         raise EddiesError(f"windows given for tables that are not streams here: {sorted(unknown)}")
     tables: dict[str, StreamTable] = {}
     for name, frame in streams.items():
+        if name.lower() == STATE_FOLDER:
+            raise EddiesError(
+                f"{STATE_FOLDER!r} is the eddy's checkpoint folder, not a stream name"
+            )
         if not getattr(frame, "isStreaming", False):
             raise DataSourceError(f"stream {name!r}: not a streaming DataFrame (readStream)")
         if catalog.has_table(name):
@@ -245,10 +262,25 @@ def attach(
     from eddies.engine.planner import plan_query
 
     # A bad query, or an output mode that does not fit it, fails here, before Spark starts.
-    plan_streaming(plan_query(sql, catalog), options)
+    plan = plan_query(sql, catalog)
+    streaming = plan_streaming(plan, options)
+    root = Path(checkpoint_location)
+    if durable_state is not None and not isinstance(durable_state, bool):
+        raise EddiesError(f"durable_state must be True, False or None, got {durable_state!r}")
+    if options.checkpoint is None and durable_state is not False:
+        from eddies.engine.durable import check_durable
+
+        try:
+            check_durable(plan, streaming)
+        except EddiesError as exc:
+            if durable_state:
+                raise
+            log.warning("eddy state not checkpointed (in memory only)", reason=str(exc))
+        else:
+            options = dataclasses.replace(options, checkpoint=str(root / STATE_FOLDER))
     query = BackgroundQuery(sql, catalog, sink=sink, options=options)
     attachment = SparkAttachment(query, tables, on_micro_batch)
-    root = Path(checkpoint_location)
+    attachment.durable = options.checkpoint is not None
     for name, frame in streams.items():
         writer = frame.writeStream.foreachBatch(attachment.callback(name)).option(
             "checkpointLocation", str(root / name)
@@ -257,7 +289,12 @@ def attach(
             writer = writer.trigger(**trigger)
         writer = writer.queryName(f"{query_name or 'eddies'}-{name}")
         attachment.streaming_queries[name] = writer.start()
-    log.info("attached to Spark", streams=list(streams), checkpoint=str(root))
+    log.info(
+        "attached to Spark",
+        streams=list(streams),
+        checkpoint=str(root),
+        durable_state=attachment.durable,
+    )
     return attachment
 
 

@@ -10,6 +10,8 @@ waits until every pushed tuple has been processed (a commit point, see
 :mod:`eddies.engine.commit_points`) and writes the results since the previous commit to
 the sink, in the producer's thread. Without either, results are collected for
 :meth:`BackgroundQuery.result`, which waits for the end and re-raises the query's error.
+With ``checkpoint=`` (a RunOptions folder), each commit then checkpoints the query's
+state, after the sink write (see :mod:`eddies.engine.durable`).
 """
 
 from __future__ import annotations
@@ -161,13 +163,15 @@ class BackgroundQuery:
         if results is None or token is None:
             raise self._error or EddiesError("the query has ended")
         try:
-            batches = trio.from_thread.run(results.commit, tag, trio_token=token)
+            commit = trio.from_thread.run(results.commit_point, tag, trio_token=token)
         except (trio.RunFinishedError, trio.Cancelled):  # the query ended meanwhile
             self._thread.join(5)
             raise self._error or EddiesError("the query has ended") from None
-        table = self._table(batches)
+        table = self._table(commit.results)
         if self.sink is not None:
             self.sink.write(table, tag)
+        if results.durable is not None:  # after the sink: a crash between replays the batch
+            results.durable.settle(commit)
         return table.num_rows
 
     def result(self, timeout: float | None = None) -> pa.Table:

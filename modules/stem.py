@@ -204,6 +204,26 @@ class ColumnIndex:
         return keys, codes, valid
 
 
+@dataclass
+class SteMState:
+    """What a stream table's SteM holds at a commit point, for a checkpoint.
+
+    rows: the live stored tuples' columns, in build order (expired tuples are left out:
+    no later tuple can join them); done: their stored Done bits (uint64); deadlines: an
+    event-time window's deadline per row (else None); watermark: that window's watermark
+    (None before any row); counters: the window's late/evicted/peak stored rows; eots: a
+    looked-up table's EOT bind values per index AM bind-column list (one row per
+    completed lookup: the SteM holds all its matches, stems-2003 §2.1.4).
+    """
+
+    rows: pa.Table
+    done: np.ndarray
+    deadlines: np.ndarray | None = None
+    watermark: object = None
+    counters: dict[str, int] = field(default_factory=dict)
+    eots: dict[tuple[str, ...], pa.Table] = field(default_factory=dict)
+
+
 class SteM(Module):
     """The SteM of one base table (see module docstring). Destinations: one build, and one
     probe per alias of the table (``probe_targets``: destination id -> alias)."""
@@ -265,6 +285,7 @@ class SteM(Module):
         # EOT tuples held, per index AM bind-column list (only needed without a scan AM).
         self.has_scan = graph.has_scan(table)
         self.eots: dict[tuple[str, ...], KeySet] = {}
+        self._eot_log: dict[tuple[str, ...], list[tuple]] = {}  # their values (checkpoints)
         for am in graph.indexes_of(table):
             kinds = tuple(key_kind(schema.field(c).type) for c in am.on)
             self.eots.setdefault(am.on, KeySet(kinds))
@@ -295,6 +316,7 @@ class SteM(Module):
             built = await run_vectorized(self.build, batch, raw_ts, rows=len(batch))
             if batch.eot is not None and len(batch.eot):
                 self.eots[batch.eot.columns].add(list(batch.eot.values))
+                self._eot_log.setdefault(batch.eot.columns, []).append(batch.eot.values)
             return built
         return await self._probe_work(work)
 
@@ -570,6 +592,84 @@ class SteM(Module):
         else:
             clock.built(row_ids, raw_ts, self._rows.view(), self._ts.view())
         clock.stored(len(self.store))
+
+    def snapshot(self) -> SteMState:
+        """The live tuples of a stream table's SteM, or every tuple and EOT of a table
+        read by an index AM alone (the lookup cache; see :class:`SteMState`).
+
+        Call only at a quiescent point (a commit point: every tuple pushed so far has
+        been routed to completion, no row id is in flight). Vectorized: one gather per
+        column.
+        """
+        clock = self.stream_clock
+        rows = self._rows.view()
+        windowed = clock is not None and clock.window is not None
+        live = ~clock.expired(rows) if windowed else np.ones(len(rows), bool)
+        ids = rows[live]
+        schema = self.store.schema
+        if len(ids):
+            table = pa.table([self.store.gather(c, ids) for c in schema.names], schema=schema)
+        else:
+            table = schema.empty_table()
+        eots = {
+            cols: pa.Table.from_arrays(
+                [pa.concat_arrays([v[i] for v in logged]) for i in range(len(cols))],
+                names=list(cols),
+            )
+            for cols, logged in self._eot_log.items()
+        }
+        for cols, values in eots.items():  # one entry per bind-column list from now on
+            self._eot_log[cols] = [tuple(c.combine_chunks() for c in values.columns)]
+        if clock is None:
+            return SteMState(table, self._done.view()[live].copy(), eots=eots)
+        deadlines = None
+        if isinstance(clock.window, EventTimeWindow) and clock.watermark is not None:
+            deadlines = clock.deadlines_of(ids)
+        evicted = clock.evicted_rows + int(np.count_nonzero(~live))
+        return SteMState(
+            table,
+            self._done.view()[live].copy(),
+            deadlines,
+            clock.watermark,
+            {
+                "late_rows": clock.late_rows,
+                "evicted_rows": evicted,
+                "peak_stored_rows": clock.peak_stored_rows,
+            },
+        )
+
+    def restore(self, state: SteMState) -> tuple[np.ndarray, np.ndarray]:
+        """Rebuild a checkpoint's tuples into this (empty) stream SteM, in their old build
+        order, with fresh build TimeStamps from the query's clock.
+
+        Call at the quiescent point before the streams start: every static tuple is then
+        built and routed, so the restored tuples are newer than all of them (as they were
+        in the run that checkpointed them) and older than every tuple still to come, which
+        therefore finds them by the TimeStamp rule (stems-2003 §3.1). They are not routed
+        again: their results were committed. Indexes are rebuilt lazily on the next probe.
+        Returns the restored (row ids, raw build TimeStamps).
+
+        A looked-up table's SteM (no stream clock) is restored before any tuple is built
+        at all: its tuples are then older than every other, and its EOTs make later probes
+        with those bind values stay here instead of looking them up again.
+        """
+        clock = self.stream_clock
+        assert not len(self) and not len(self.store)
+        row_ids = np.zeros(0, dtype=np.int64)
+        for batch in state.rows.combine_chunks().to_batches():
+            row_ids = np.concatenate([row_ids, self.store.append(batch)])
+        raw_ts = self.clock.take(len(row_ids))
+        self._rows.extend(row_ids)
+        self._ts.extend(raw_ts)
+        self._done.extend(np.asarray(state.done, dtype=np.uint64))
+        for cols, values in state.eots.items():
+            arrays = tuple(values.column(c).combine_chunks() for c in cols)
+            self.eots[cols].add(list(arrays))
+            self._eot_log.setdefault(cols, []).append(arrays)
+        if clock is not None:
+            clock.restore(row_ids, raw_ts, state.deadlines, state.watermark, state.counters)
+            clock.stored(len(self.store))
+        return row_ids, raw_ts
 
     def evict_due(self) -> bool:
         """True when a windowed SteM's dead rows (expired, or never built) are at least

@@ -209,6 +209,42 @@ class StreamClock:
             self._live, self._deadline = live[~gone], deadline[~gone]
             self._watermark = marks[-1]
 
+    def deadlines_of(self, row_ids: np.ndarray) -> np.ndarray:
+        """The event-time deadlines of live ``row_ids`` (an event-time window's; every id
+        must be live: built and not expired), for a checkpoint."""
+        by_row = np.zeros(max(len(self.arrival), 1), dtype=self._deadline.dtype)
+        by_row[self._live] = self._deadline
+        return by_row[row_ids]
+
+    def restore(
+        self,
+        row_ids: np.ndarray,
+        ts: np.ndarray,
+        deadlines: np.ndarray | None,
+        watermark: Any,
+        counters: dict[str, int],
+    ) -> None:
+        """Take back a checkpoint's live tuples, rebuilt as ``row_ids`` at raw TimeStamps
+        ``ts`` (in their old build order): none has expired, so their expiries are unknown;
+        an event-time window gets back its deadlines and watermark. ``counters``: late,
+        evicted and peak stored rows as checkpointed. Call before any other build."""
+        self.late_rows = counters.get("late_rows", 0)
+        self.evicted_rows = counters.get("evicted_rows", 0)
+        self.peak_stored_rows = counters.get("peak_stored_rows", 0)
+        if len(row_ids):
+            self._grow(int(row_ids.max()) + 1)
+            self.arrival[row_ids] = ts
+        if isinstance(self.window, EventTimeWindow) and watermark is not None:
+            assert deadlines is not None
+            self._live = np.asarray(row_ids, dtype=np.int64).copy()
+            self._deadline = np.asarray(deadlines)
+            self._watermark = self._deadline.dtype.type(watermark)
+
+    @property
+    def watermark(self) -> Any:
+        """An event-time window's watermark (the largest event time built; None before)."""
+        return None if self._watermark is None else np.asarray(self._watermark).item()
+
     def stored(self, rows: int) -> None:
         self.stored_rows = rows
         self.peak_stored_rows = max(self.peak_stored_rows, rows)

@@ -151,6 +151,12 @@ class ConstraintChecker:
                 if (self._keys(dest.target_alias, b.rows[dest.target_alias]) >= b.ts).any():
                     self._fail("TimeStamp", f"{dest.name} matched a tuple not older than the probe")
 
+    def record_builds(self, table: str, row_ids: np.ndarray, raw_ts: np.ndarray) -> None:
+        """Rows built outside the eddy's routing (a SteM restored from a checkpoint, see
+        eddies.engine.durable), at raw build TimeStamps ``raw_ts``."""
+        record = self._build_ts.setdefault(table, {})
+        record.update(zip(row_ids.tolist(), raw_ts.tolist(), strict=True))
+
     def _keys(self, alias: int, row_ids: np.ndarray) -> np.ndarray:
         table = self.graph.aliases[alias].table
         record = self._build_ts.get(table, {})

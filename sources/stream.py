@@ -41,6 +41,9 @@ class StreamTable:
         self._token: trio.lowlevel.TrioToken | None = None
         self._send: trio.MemorySendChannel | None = None
         self._taken: set[Hashable] = set()
+        # The ids of the batches the scan AM has taken in full, kept in the query's trio
+        # thread (a commit point's checkpoint reads them while the dataflow is quiescent).
+        self.processed: set[Hashable] = set()
         self._closed = False
         self._ended = False  # the query reading it has ended: pushes fail at once
         self._error: BaseException | None = None  # ... with this error, if it failed
@@ -63,7 +66,7 @@ class StreamTable:
 
     async def pages(self) -> AsyncIterator[pa.RecordBatch]:
         """The scan AM's side: yields pushed batches until :meth:`close` (trio only)."""
-        send, receive = trio.open_memory_channel[pa.RecordBatch](0)
+        send, receive = trio.open_memory_channel[tuple[pa.RecordBatch, Hashable]](0)
         with self._lock:
             if self._send is not None:
                 raise DataSourceError(f"stream {self.name!r} is already read by a query")
@@ -79,11 +82,13 @@ class StreamTable:
                     if self.on_wait is not None:
                         self.on_wait()
                     try:
-                        batch = await receive.receive()
+                        batch, batch_id = await receive.receive()
                     except trio.EndOfChannel:
                         return
                     finally:
                         self.waiting = False
+                    if batch_id is not None:  # the micro-batch's last piece
+                        self.processed.add(batch_id)
                     if self.on_take is not None:
                         self.on_take(batch)
                     yield batch
@@ -125,6 +130,9 @@ class StreamTable:
         with self._lock:
             if self._error is not None:
                 raise self._error
+            if batch_id is not None and batch_id in self._taken:  # restored meanwhile
+                self.batches_ignored += 1
+                return False
             if self._closed:
                 raise DataSourceError(f"stream {self.name!r} is closed")
             if self._ended:
@@ -132,9 +140,11 @@ class StreamTable:
             send, token = self._send, self._token
         if send is None or token is None:
             raise DataSourceError(f"stream {self.name!r}: its query has ended")
-        for batch in table.combine_chunks().to_batches():
+        pieces = table.combine_chunks().to_batches()
+        for i, batch in enumerate(pieces):
+            last = batch_id if i == len(pieces) - 1 else None
             try:
-                trio.from_thread.run(self._hand_over, send, batch, trio_token=token)
+                trio.from_thread.run(self._hand_over, send, batch, last, trio_token=token)
             except (trio.BrokenResourceError, trio.ClosedResourceError, trio.RunFinishedError):
                 if self._error is not None:
                     raise self._error from None
@@ -159,11 +169,21 @@ class StreamTable:
             self._error = error
         self._open.set()
 
-    async def _hand_over(self, send: trio.MemorySendChannel, batch: pa.RecordBatch) -> None:
+    async def _hand_over(
+        self, send: trio.MemorySendChannel, batch: pa.RecordBatch, batch_id: Hashable
+    ) -> None:
         # Not waiting from now on, before the scan AM resumes: a commit point requested
         # right after this push must not be granted before the batch is processed.
         self.waiting = False
-        await send.send(batch)
+        await send.send((batch, batch_id))
+
+    def restore_taken(self, batch_ids: set[Hashable]) -> None:
+        """Batch ids a checkpoint says were taken and committed before a restart: pushes
+        with these ids are ignored from now on (exactly-once across restarts). Call
+        before the query reads the stream."""
+        with self._lock:
+            self._taken |= batch_ids
+            self.processed |= batch_ids
 
     def close(self) -> None:
         """End the stream: the query sees the end of its input once it took every batch."""
