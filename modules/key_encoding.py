@@ -17,6 +17,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from eddies.engine.errors import QueryTypeError, describe
+from eddies.sources.table_store import TableStore
 
 #: How a column's values become codes.
 KIND_INT, KIND_FLOAT, KIND_DICT, KIND_TIMESTAMP = "int", "float", "dict", "timestamp"
@@ -192,3 +193,31 @@ def mix_codes(columns: list[np.ndarray]) -> np.ndarray:
             x = (x ^ (x >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
             h = x ^ (x >> np.uint64(31))
     return h.view(np.int64)
+
+
+def encode_rows(
+    store: TableStore,
+    columns: tuple[str, ...],
+    row_ids: np.ndarray,
+    kinds: tuple[str, ...],
+    dictionaries: list[KeyDictionary | None],
+    grow: bool,
+) -> tuple[np.ndarray, list[np.ndarray], np.ndarray | None]:
+    """Join keys of the rows ``row_ids`` (int64) of ``store``: ``(mixed keys, per-column
+    codes, validity mask or None)``, each of ``len(row_ids)``; one ``kinds`` entry and one
+    dictionary (or None) per column. With ``grow=False`` a dictionary value never inserted
+    gets code -1 and matches nothing. Shared by SteM indexes and STAIRs."""
+    codes: list[np.ndarray] = []
+    valid: np.ndarray | None = None
+    for col, kind, dictionary in zip(columns, kinds, dictionaries, strict=True):
+        if kind == KIND_INT:
+            whole = store.int64_column(col)
+            if whole is not None:  # no NULLs: plain NumPy indexing
+                codes.append(whole[row_ids])
+                continue
+        values = store.gather(col, row_ids)
+        mask = validity(values)
+        if mask is not None:
+            valid = mask if valid is None else valid & mask
+        codes.append(encode_column(values, kind, dictionary, grow))
+    return mix_codes(codes), codes, valid

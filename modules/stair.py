@@ -26,18 +26,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
-import pyarrow as pa
 import structlog
 
 from eddies.modules.base import Module
-from eddies.modules.key_encoding import (
-    KIND_INT,
-    KeyDictionary,
-    encode_column,
-    mix_codes,
-    uses_dictionary,
-    validity,
-)
+from eddies.modules.key_encoding import KeyDictionary, encode_rows, uses_dictionary
 from eddies.modules.stem_index import GrowableArray, SortedRunIndex
 from eddies.router.messages import Work
 from eddies.router.query_graph import Predicate, QueryGraph
@@ -61,22 +53,7 @@ class EdgeCoder:
     def encode(
         self, store: TableStore, columns: tuple[str, ...], row_ids: np.ndarray, grow: bool
     ) -> tuple[np.ndarray, list[np.ndarray], np.ndarray | None]:
-        codes: list[np.ndarray] = []
-        valid: np.ndarray | None = None
-        for col, kind, dictionary in zip(columns, self.kinds, self.dictionaries, strict=True):
-            if kind == KIND_INT:
-                whole = store.int64_column(col)
-                if whole is not None:  # no NULLs: plain NumPy indexing
-                    codes.append(whole[row_ids])
-                    continue
-            values = store.gather(col, row_ids)
-            if isinstance(values, pa.ChunkedArray):
-                values = values.combine_chunks()
-            mask = validity(values)
-            if mask is not None:
-                valid = mask if valid is None else valid & mask
-            codes.append(encode_column(values, kind, dictionary, grow))
-        return mix_codes(codes), codes, valid
+        return encode_rows(store, columns, row_ids, self.kinds, self.dictionaries, grow)
 
 
 @dataclass

@@ -60,13 +60,10 @@ import trio
 
 from eddies.modules.base import Module, gather_columns, run_vectorized, vectorized_inline
 from eddies.modules.key_encoding import (
-    KIND_INT,
     KeyDictionary,
-    encode_column,
+    encode_rows,
     key_kind,
-    mix_codes,
     uses_dictionary,
-    validity,
 )
 from eddies.modules.key_filter import KeyFilter
 from eddies.modules.key_set import KeySet, bind_columns
@@ -185,20 +182,9 @@ class ColumnIndex:
         self, store: TableStore, columns: tuple[str, ...], row_ids: np.ndarray, grow: bool
     ) -> tuple[np.ndarray, list[np.ndarray], np.ndarray | None]:
         """(mixed keys, per-column codes, validity mask or None) for ``row_ids``."""
-        codes: list[np.ndarray] = []
-        valid: np.ndarray | None = None
-        for col, kind, dictionary in zip(columns, self.kinds, self.dictionaries, strict=True):
-            if kind == KIND_INT:
-                whole = store.int64_column(col)
-                if whole is not None:  # no NULLs: plain NumPy indexing
-                    codes.append(whole[row_ids])
-                    continue
-            values = store.gather(col, row_ids)
-            mask = validity(values)
-            if mask is not None:
-                valid = mask if valid is None else valid & mask
-            codes.append(encode_column(values, kind, dictionary, grow))
-        keys = mix_codes(codes)
+        keys, codes, valid = encode_rows(
+            store, columns, row_ids, self.kinds, self.dictionaries, grow
+        )
         if self.combined is not None:
             keys = self.combined.encode(pa.array(keys), grow)
         return keys, codes, valid
