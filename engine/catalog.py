@@ -338,8 +338,11 @@ class Catalog:
         one never stalls the eddy. return_type defaults to boolean (a predicate).
 
         Per query (stems-2003 §2.1.3's latency hiding, applied to predicates; see
-        :mod:`eddies.router.udf_calls`): max_concurrency: calls in flight at once for an
-        ``async def`` function (default 32), worker threads for a plain one (default 4);
+        :mod:`eddies.router.udf_calls`): max_concurrency: calls in flight at once for a
+        per-row ``async def`` function (default 32), worker threads for a per-row plain one
+        (default 4), batch calls at once for a vectorized one (default 1: a batch call is
+        usually CPU work, and one at a time keeps the SM's back-pressure; raise it for a
+        latency-bound batch endpoint);
         cache: a per-row function is called once per distinct argument tuple (False: once
         per row, for volatile functions); timeout: seconds per attempt (None: no limit);
         retries: further attempts of a failed call, ``backoff * 2**k`` seconds apart,

@@ -33,9 +33,12 @@ from eddies.router.query_graph import Predicate
 from eddies.router.tuple_batch import TupleBatch
 from eddies.sources.table_store import TableStore
 
-#: Works an SM with UDF calls has in flight, per call slot of its functions (and at least
-#: WORKS_MIN): enough that, even at batch_size=1, every call slot can be busy while the
-#: next Works' arguments are already known.
+#: Works an SM with per-row UDF calls has in flight, per call slot of its functions (and
+#: at least WORKS_MIN): enough that, even at batch_size=1, every call slot can be busy while
+#: the next Works' arguments are already known. An SM whose calls are all vectorized (one
+#: call per Work) takes as many Works as its functions have call slots, no more: a Work
+#: held waiting for a slot would hide from the eddy the back-pressure that tells it the
+#: SM is slow.
 WORKS_PER_CALL_SLOT = 2
 WORKS_MIN = 8
 
@@ -60,7 +63,12 @@ class SelectionModule(Module):
         calls = predicate.expr.udf_calls()
         self._has_udf = bool(calls)
         slots = sum(c.spec.max_concurrency or 1 for c in calls)
-        self.works_in_flight = max(WORKS_MIN, WORKS_PER_CALL_SLOT * slots) if calls else 1
+        if not calls:
+            self.works_in_flight = 1
+        elif any(not c.spec.vectorized for c in calls):
+            self.works_in_flight = max(WORKS_MIN, WORKS_PER_CALL_SLOT * slots)
+        else:
+            self.works_in_flight = min(c.spec.max_concurrency or 1 for c in calls)
 
     @property
     def inline(self) -> bool:

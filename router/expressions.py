@@ -109,10 +109,17 @@ class Call(Expr):
         return self.args
 
 
-#: Calls of an ``async def`` function in flight at once, per query, unless told otherwise.
+#: Calls of a per-row ``async def`` function in flight at once, per query, unless told
+#: otherwise.
 DEFAULT_ASYNC_CONCURRENCY = 32
-#: Worker threads a sync function runs on at once, per query, unless told otherwise.
+#: Worker threads a per-row sync function runs on at once, per query, unless told otherwise.
 DEFAULT_THREADS = 4
+#: Batch calls of a vectorized function in flight at once, unless told otherwise: one, as
+#: the paper's single-threaded SMs. A batch call is CPU work more often than a wait, and an
+#: SM that takes one batch at a time lets its queue fill, which is the back-pressure the
+#: naive and lottery policies learn cost from (eddies-2000 §4.2). Latency-bound vectorized
+#: functions (a remote batch endpoint) opt in with ``max_concurrency``.
+DEFAULT_VECTORIZED_CONCURRENCY = 1
 #: Seconds before a failed call's first retry; doubled for each further one.
 DEFAULT_UDF_BACKOFF = 0.05
 
@@ -123,7 +130,8 @@ class FunctionSpec:
 
     vectorized: fn(*pa.Array) -> array-like of length n; otherwise fn(*values) -> value,
     called per row. Sync functions run in worker threads, async ones are awaited.
-    max_concurrency: calls in flight (async) or worker threads (sync) per query; timeout:
+    max_concurrency: calls in flight (async) or worker threads (sync) per query (default
+    32 / 4 for per-row functions, 1 batch call for vectorized ones); timeout:
     seconds per attempt (None: no limit); retries: further attempts of a failed call,
     ``backoff * 2**k`` seconds apart; cache: a per-row function is called once per distinct
     argument tuple per query (False: once per row). ``calls`` is the query's
@@ -143,7 +151,12 @@ class FunctionSpec:
 
     def __post_init__(self) -> None:
         if self.max_concurrency is None:
-            self.max_concurrency = DEFAULT_ASYNC_CONCURRENCY if self.is_async else DEFAULT_THREADS
+            if self.vectorized:
+                self.max_concurrency = DEFAULT_VECTORIZED_CONCURRENCY
+            else:
+                self.max_concurrency = (
+                    DEFAULT_ASYNC_CONCURRENCY if self.is_async else DEFAULT_THREADS
+                )
 
     @property
     def is_async(self) -> bool:
