@@ -235,7 +235,8 @@ def section_c(args) -> tuple[list[list], dict]:
         execute(sql, cat, policy="static", order=("probe:t", "probe:r"))
     )
     runners["duckdb"] = lambda: int(con.execute(sql).fetchone()[0])
-    times = time_all("c", runners, args.repeat)
+    # A run takes ~15 ms: five times the repeats, so timer and scheduler noise averages out.
+    times = time_all("c", runners, 5 * args.repeat)
     con.close()
     best_static = min(v for k, v in times.items() if k.startswith("static"))
     cpu = {label: CPU_SECONDS[f"c:{label}"] for label in times}
@@ -388,23 +389,26 @@ CPU_SECONDS: dict[str, float] = {}  # label -> min process CPU seconds (see time
 
 
 def time_all(section: str, runners: dict, repeat: int) -> dict[str, float]:
-    """Best-of-``repeat`` wall seconds per runner (after one warm-up); all runners of a
-    section must agree. The minimum process CPU seconds (all threads) of each runner go to
-    ``CPU_SECONDS``: on a machine loaded by others, CPU time still measures the work done."""
-    times, values = {}, {}
-    for label, fn in runners.items():
-        values[label] = fn()
-        wall, cpu = [], []
-        for _ in range(repeat):
-            w0, c0 = time.perf_counter(), time.process_time()
-            fn()
-            wall.append(time.perf_counter() - w0)
-            cpu.append(time.process_time() - c0)
-        times[label] = min(wall)
-        CPU_SECONDS[f"{section}:{label}"] = min(cpu)
+    """Best-of-``repeat`` wall seconds per runner (after one warm-up each); all runners of a
+    section must agree. The runners take turns, one run each per round, so a change in the
+    machine's load during the section falls on all of them alike. The minimum process CPU
+    seconds (all threads) of each runner go to ``CPU_SECONDS``: on a machine loaded by
+    others, CPU time still measures the work done."""
+    values = {label: fn() for label, fn in runners.items()}
     if len(set(values.values())) != 1:
         raise SystemExit(f"({section}) results differ: {values}")
-    return times
+    wall: dict[str, list[float]] = {label: [] for label in runners}
+    cpu: dict[str, list[float]] = {label: [] for label in runners}
+    for _ in range(max(1, repeat)):
+        for label, fn in runners.items():
+            gc.collect()
+            w0, c0 = time.perf_counter(), time.process_time()
+            fn()
+            wall[label].append(time.perf_counter() - w0)
+            cpu[label].append(time.process_time() - c0)
+    for label in runners:
+        CPU_SECONDS[f"{section}:{label}"] = min(cpu[label])
+    return {label: min(times) for label, times in wall.items()}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -47,6 +47,7 @@ from eddies.engine.errors import (
 from eddies.engine.pushdown import needed_columns, scan_filter
 from eddies.engine.sql import QueryBlock, TableRef, parse_query
 from eddies.modules.key_encoding import common_kind, key_kind, wider_kind
+from eddies.modules.selection import works_at_once
 from eddies.router.expressions import ColumnRef, Expr, FunctionSpec, check_types
 from eddies.router.query_graph import (
     AccessInfo,
@@ -650,6 +651,7 @@ def _destinations(graph: QueryGraph) -> list[Destination]:
                     p.name,
                     predicate=p.index,
                     cheap=not p.expr.udf_calls(),
+                    slots=works_at_once(p) if p.expr.udf_calls() else None,
                 )
             )
     for step in graph.steps:

@@ -43,6 +43,20 @@ WORKS_PER_CALL_SLOT = 2
 WORKS_MIN = 8
 
 
+def works_at_once(predicate: Predicate) -> int:
+    """Works an SM for ``predicate`` serves at once: 1 without UDF calls or with vectorized
+    ones at their default of one call at a time; the smallest ``max_concurrency`` of its
+    vectorized calls; with a per-row call, ``WORKS_PER_CALL_SLOT`` per call slot (at least
+    ``WORKS_MIN``), so calls of later Works fill the slots (stems-2003 §2.1.3)."""
+    calls = predicate.expr.udf_calls()
+    if not calls:
+        return 1
+    if any(not c.spec.vectorized for c in calls):
+        slots = sum(c.spec.max_concurrency or 1 for c in calls)
+        return max(WORKS_MIN, WORKS_PER_CALL_SLOT * slots)
+    return min(c.spec.max_concurrency or 1 for c in calls)
+
+
 class SelectionModule(Module):
     """Filters batches by one :class:`Predicate` and sets its Done bit on the survivors.
 
@@ -60,15 +74,8 @@ class SelectionModule(Module):
         self.name = predicate.name
         self._stores = stores
         self._keys = predicate.expr.column_keys()
-        calls = predicate.expr.udf_calls()
-        self._has_udf = bool(calls)
-        slots = sum(c.spec.max_concurrency or 1 for c in calls)
-        if not calls:
-            self.works_in_flight = 1
-        elif any(not c.spec.vectorized for c in calls):
-            self.works_in_flight = max(WORKS_MIN, WORKS_PER_CALL_SLOT * slots)
-        else:
-            self.works_in_flight = min(c.spec.max_concurrency or 1 for c in calls)
+        self._has_udf = bool(predicate.expr.udf_calls())
+        self.works_in_flight = works_at_once(predicate)
 
     @property
     def inline(self) -> bool:

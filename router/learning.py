@@ -38,7 +38,12 @@ ones the cheapest per extra result tuple first.
 lottery of eddies-2000 §4.3 among free choices. A routing decision whose eligible
 destinations are all free — SteM builds and probes, SteM filters, SMs whose predicate calls
 no UDF — is drawn by lottery tickets (with its selection push-down of UDF-free SMs before a
-build). Where an SM that calls a UDF or an index AM lookup is among the choices, free
+build); where free selections (UDF-free SMs, SteM filters) and probes are both eligible
+for a built tuple, the draw is among the selections: a probe whose fan-out the tuples
+would have been filtered from costs more than the ~µs a tuple of a filter that keeps them
+(STAIRs §5.4's R⋈S⋈T: S through both SteM filters first makes 3,000 probe tuples where a
+blind draw between the probes made 50,000-175,000; ``bench/adaptive.py`` (c)). Where an
+SM that calls a UDF or an index AM lookup is among the choices, free
 *selections* (UDF-free SMs, SteM filters: they never grow a batch) go first with the whole
 batch and no pilot: this order loses at most their ~µs a tuple on tuples the expensive
 choice would have dropped, the other order the expensive choice's cost on every tuple they
@@ -200,7 +205,7 @@ class LearningPolicy(RoutingPolicy):
             # No blind commitment: wait for the pilots (or what is in flight) - unless a
             # choice already observed goes first whatever the pilots will show.
             best = None if need else self._outranks_pilots(signature, arms, state)
-            if best is None:
+            if best is None or self._committed_ahead(signature, best):
                 return None
             chunk = self._chunk(signature, best, n, state)
             if chunk >= n:
@@ -222,6 +227,8 @@ class LearningPolicy(RoutingPolicy):
             state.level = 0  # after the pilots, decisions grow from small again
             return choice
         best = self.pick(signature, tuple(a for a in arms if a not in need) or arms)
+        if not need and self._committed_ahead(signature, best):
+            return None
         chunk = self._chunk(signature, best, n, state)
         if not need and chunk >= n:
             return best  # the common case: the whole batch, one decision
@@ -233,6 +240,23 @@ class LearningPolicy(RoutingPolicy):
             start += pilot
         choice[start : start + chunk] = best
         return choice
+
+    def _committed_ahead(self, sig: Signature, best: int) -> bool:
+        """Whether ``best`` already has ``HORIZON_SECONDS`` of estimated work queued beyond
+        what its module serves at once (an SM calling UDFs; others are never held here).
+
+        Work routed ahead of the answers it depends on is work a change cannot redirect:
+        with the default queues an expensive SM held five decisions, and two UDFs whose
+        selectivities swapped kept the old order for ~22k tuples (``bench/adaptive.py``
+        (b)). Waiting for an answer instead keeps at most about one decision queued, so
+        the next decision sees the change (eddies-2000 §4: routing follows the feedback)."""
+        slots = self.destinations[best].slots
+        queued = self.tuples_in_flight_to.get(best, 0)
+        if slots is None or not queued:
+            return False
+        est = self._estimate(sig, best)
+        cost = est.cost if est is not None else 0.0
+        return queued * cost / slots >= HORIZON_SECONDS
 
     def _chunk(self, sig: Signature, best: int, n: int, state: _SignatureState) -> int:
         """Tuples one decision sends to ``best``: all ``n`` when their estimated work is
@@ -404,12 +428,19 @@ class HybridPolicy(RankPolicy, LotteryPolicy):
         self, entry: RouteEntry, n: int, has_room: HasRoom, signature: Signature | None = None
     ) -> Choice:
         dests = entry.destinations
-        if all(a in self.free for a in dests):
-            return self.draw(list(dests), has_room, signature)
-        # An expensive choice is eligible. Free selections go first, with the whole batch
-        # and no pilot: this order loses at most their ~µs a tuple, the other the expensive
-        # choice's cost on every tuple they drop (see the module docstring).
+        # Free selections go first, with the whole batch and no pilot: this order loses at
+        # most their ~µs a tuple, the other the work a probe or an expensive choice does on
+        # every tuple they drop (see the module docstring). An unbuilt singleton is left to
+        # the lottery's own push-down (UDF-free SMs before its build).
         selections = [a for a in dests if a in self.free_selections]
+        if all(a in self.free for a in dests):
+            if (
+                selections
+                and len(selections) < len(dests)
+                and (signature is None or signature.built)
+            ):
+                return self.draw(selections, has_room, signature)
+            return self.draw(list(dests), has_room, signature)
         if selections:
             return self.draw(selections, has_room, signature)
         return LearningPolicy.choose(self, entry, n, has_room, signature)

@@ -80,6 +80,7 @@ class RoutingPolicy:
         self.estimates = Estimates()
         self.works_in_flight = 0  # Works sent and not finally answered
         self.in_flight_at: dict[Signature, int] = {}  # ... per signature
+        self.tuples_in_flight_to: dict[int, int] = {}  # their tuples, per destination
         capacity = {d.id: d.max_batch for d in destinations if d.max_batch is not None}
         self.access = AccessChooser(rng, capacity=capacity)
         probes = {
@@ -119,6 +120,9 @@ class RoutingPolicy:
         if destination in self._chosen_among:
             self.access.on_routed(destination, tuples)
         self.works_in_flight += 1
+        self.tuples_in_flight_to[destination] = (
+            self.tuples_in_flight_to.get(destination, 0) + tuples
+        )
         if signature is not None:
             self.in_flight_at[signature] = self.in_flight_at.get(signature, 0) + 1
 
@@ -140,6 +144,9 @@ class RoutingPolicy:
         self.works_in_flight -= 1
         if origin is None:
             return
+        self.tuples_in_flight_to[message.destination] = max(
+            0, self.tuples_in_flight_to.get(message.destination, 0) - len(origin.batch)
+        )
         sig = origin.batch.signature
         left = self.in_flight_at.get(sig, 0) - 1
         if left > 0:

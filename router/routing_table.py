@@ -88,6 +88,8 @@ class Destination:
     max_batch: int | None = None  # larger batches are sent as several Works
     bit: int = 0  # a filter's Done bit
     cheap: bool = False  # an SM whose predicate calls no UDF (an Arrow kernel, ~µs a tuple)
+    # An SM calling UDFs: Works its module serves at once (queued Works beyond them wait).
+    slots: int | None = None
 
 
 @dataclass(frozen=True)

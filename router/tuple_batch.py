@@ -108,6 +108,17 @@ class TupleBatch:
         first = choice[0]
         if (choice == first).all():
             return {int(first): self}
+        starts = np.flatnonzero(choice[1:] != choice[:-1]) + 1
+        values = choice[np.r_[0, starts]]
+        if len(np.unique(values)) == len(values):
+            # One run per destination (a policy's pilots and chunks, the held rest):
+            # zero-copy slices instead of a gather of every column per destination.
+            ends = np.r_[starts, len(choice)]
+            begins = np.r_[0, starts]
+            return {
+                int(v): self.take(slice(int(b), int(e)))
+                for v, b, e in zip(values, begins, ends, strict=True)
+            }
         return {int(v): self.take(choice == v) for v in np.unique(choice)}
 
 

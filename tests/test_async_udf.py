@@ -278,3 +278,29 @@ def test_bad_add_function_option_is_an_error_naming_it(option, value):
     with pytest.raises(EddiesError) as info:
         cat.add_function("pick", keep_sync, **{option: value})
     assert option in str(info.value) and "'pick'" in str(info.value)
+
+
+@pytest.mark.parametrize("max_concurrency, expected_peak", [(None, 1), (3, 3)])
+async def test_vectorized_async_udf_takes_one_batch_call_at_a_time_unless_told(
+    autojump_clock, max_concurrency, expected_peak
+):
+    """A vectorized function gets one batch call at a time by default (the SM's queue then
+    fills: back-pressure, eddies-2000 §4.2); ``max_concurrency`` opts in to more."""
+    state = {"in_flight": 0, "peak": 0, "calls": 0}
+
+    async def even(x):
+        state["calls"] += 1
+        state["in_flight"] += 1
+        state["peak"] = max(state["peak"], state["in_flight"])
+        try:
+            await trio.sleep(0.01)
+        finally:
+            state["in_flight"] -= 1
+        return pa.compute.equal(pa.compute.bit_wise_and(x, 1), 0)
+
+    cat = make_catalog({"t": pa.table({"x": np.arange(400)})})
+    options = {} if max_concurrency is None else {"max_concurrency": max_concurrency}
+    cat.add_function("even", even, **options)
+    table, _ = await run("SELECT t.x FROM t WHERE even(t.x)", cat, batch_size=10)
+    assert sorted(table.column(0).to_pylist()) == list(range(0, 400, 2))
+    assert state["calls"] >= 40 and state["peak"] == expected_peak
