@@ -21,6 +21,7 @@ import glob as globmod
 import os
 import pathlib
 import re
+import threading
 import urllib.parse
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -55,6 +56,47 @@ class ScanCounts:
     fragments_skipped: int = 0
     row_groups: int = 0
     row_groups_skipped: int = 0
+    dynamic_row_groups_skipped: int = 0
+    dynamic_rows_filtered: int = 0
+
+
+class DynamicFilter:
+    """A filter that arrives while a scan runs (sideways information passing, issue 11).
+
+    DataFusion's dynamic filters and Robust Predicate Transfer (Yang et al., SIGMOD 2025)
+    pass a join's build-side keys to the probe side's scan. Here a complete SteM's join
+    keys become a ``pyarrow.compute.Expression`` over this scan's key columns (a range,
+    and an ``isin`` when the key set is small; :mod:`eddies.modules.scan_filter`), which
+    :func:`scan_batches` applies to every row group it has not read yet: those whose
+    statistics refute it are skipped, the rows of the others filtered. Set on the trio
+    thread, read by the scan's worker thread between row groups and batches, so a lock
+    guards the conjunction. ``sources``: what each conjunct came from (for explain).
+
+    The caller keeps it exact: a row it removes must be one that can join no qualifying
+    row of the SteM's table in an inner equi-join (NULL keys never join).
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.expression: Any = None
+        self.empty = False  # a SteM with no qualifying key: no row of this scan can join
+        self.sources: list[str] = []
+
+    def add(self, expression: Any, source: str) -> None:
+        """AND ``expression`` (None: the SteM holds no key, so nothing can join) in."""
+        with self._lock:
+            self.sources.append(source)
+            if expression is None:
+                self.empty = True
+            elif self.expression is None:
+                self.expression = expression
+            else:
+                self.expression = self.expression & expression
+
+    def current(self) -> tuple[bool, Any]:
+        """(empty, expression) as of now."""
+        with self._lock:
+            return self.empty, self.expression
 
 
 def is_glob(text: str) -> bool:
@@ -236,6 +278,7 @@ def scan_batches(
     columns: list[str] | None = None,
     filter: Any = None,
     counts: Any = None,
+    dynamic: DynamicFilter | None = None,
 ) -> Iterator[pa.RecordBatch]:
     """RecordBatches of ``dataset`` (blocking I/O: call from a worker thread).
 
@@ -244,6 +287,10 @@ def scan_batches(
     whose statistics do, are skipped and counted in ``counts``, an object with the
     fields of :class:`ScanCounts`). The caller keeps the filter exact: a row it removes
     must be one the query's selection removes (see eddies.engine.pushdown).
+    dynamic: a :class:`DynamicFilter` that may arrive mid-scan; the Parquet files are then
+    read row group by row group, so it can skip every row group not read yet
+    (``dynamic_row_groups_skipped``) and filter the rows of the batches that follow
+    (``dynamic_rows_filtered``); ``columns`` must then include its key columns.
     """
     fragments = list(dataset.get_fragments()) if filter is not None else None
     kept = dataset.get_fragments(filter=filter) if filter is not None else dataset.get_fragments()
@@ -263,12 +310,54 @@ def scan_batches(
                 continue
         elif isinstance(fragment, ds.ParquetFileFragment) and counts is not None:
             counts.row_groups += fragment.num_row_groups
-        scanner = ds.Scanner.from_fragment(
-            fragment,
-            schema=dataset.schema,
-            columns=columns,
-            filter=filter,
-            batch_size=batch_size,
-            use_threads=False,  # one scan AM is one reader; the eddy runs beside it
+        if dynamic is None:
+            yield from _fragment_batches(fragment, dataset.schema, columns, filter, batch_size)
+            continue
+        parts = (
+            fragment.split_by_row_group()
+            if isinstance(fragment, ds.ParquetFileFragment)
+            else [fragment]
         )
-        yield from scanner.to_batches()
+        for part in parts:
+            if isinstance(part, ds.ParquetFileFragment) and _refuted(part, dynamic, dataset):
+                if counts is not None:
+                    counts.dynamic_row_groups_skipped += 1
+                continue
+            for batch in _fragment_batches(part, dataset.schema, columns, filter, batch_size):
+                yield _dynamic_rows(batch, dynamic, counts)
+
+
+def _refuted(part: ds.ParquetFileFragment, dynamic: DynamicFilter, dataset: ds.Dataset) -> bool:
+    """Whether the dynamic filter, as of now, refutes every row of this row group (by its
+    statistics: a key range or key set that misses the row group's [min, max])."""
+    empty, expression = dynamic.current()
+    if empty:
+        return True
+    if expression is None:
+        return False
+    return not part.subset(filter=expression, schema=dataset.schema).num_row_groups
+
+
+def _fragment_batches(
+    fragment: ds.Fragment, schema: pa.Schema, columns: Any, filter: Any, batch_size: int
+) -> Iterator[pa.RecordBatch]:
+    scanner = ds.Scanner.from_fragment(
+        fragment,
+        schema=schema,
+        columns=columns,
+        filter=filter,
+        batch_size=batch_size,
+        use_threads=False,  # one scan AM is one reader; the eddy runs beside it
+    )
+    return scanner.to_batches()
+
+
+def _dynamic_rows(batch: pa.RecordBatch, dynamic: DynamicFilter, counts: Any) -> pa.RecordBatch:
+    """The rows of ``batch`` the dynamic filter keeps (it may have arrived mid-row-group)."""
+    empty, expression = dynamic.current()
+    if not empty and expression is None:
+        return batch
+    kept = batch.slice(0, 0) if empty else batch.filter(expression)
+    if counts is not None:
+        counts.dynamic_rows_filtered += batch.num_rows - kept.num_rows
+    return kept
