@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from eddies.modules.scan_filter import key_expression, pushable_pair
+from eddies.modules.scan_filter import key_filter, pushable_pair
 from eddies.modules.stem import SteM
 from eddies.router.routing_table import Destination, DestinationKind
 from eddies.sources.dataset_source import DynamicFilter
@@ -82,19 +82,20 @@ def pushing(
         pays = ask()
         if pays is not None and not push.pushed:
             push.pushed = True
-            dynamic.add(_expression(push, stem), push.name)
+            dynamic.add(_parts(push, stem), push.name)
         return pays
 
     return ask_and_push
 
 
-def _expression(push: ScanFilterPush, stem: SteM):
-    """The AND of the key filters of the push's column pairs; None if no row can join."""
+def _parts(push: ScanFilterPush, stem: SteM) -> list[tuple] | None:
+    """(A column, expression, sorted key codes) per column pair of the push; None if no
+    row can join."""
     values = stem.key_values(push.target, tuple(b for b, _, _ in push.pairs))
-    out = None
+    parts = []
     for column, (_, a_col, file_type) in zip(values, push.pairs, strict=True):
-        expr = key_expression(column, a_col, file_type)
-        if expr is None:
+        found = key_filter(column, a_col, file_type)
+        if found is None:
             return None
-        out = expr if out is None else out & expr
-    return out
+        parts.append((a_col, *found))
+    return parts

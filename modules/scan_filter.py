@@ -37,35 +37,33 @@ def pushable_pair(build_type: pa.DataType, scan_file_type: pa.DataType) -> bool:
     return pa.types.is_date32(build_type) and pa.types.is_date32(scan_file_type)
 
 
-def key_expression(
+def key_filter(
     values: pa.Array | pa.ChunkedArray, column: str, file_type: pa.DataType
-) -> pc.Expression | None:
+) -> tuple[pc.Expression, np.ndarray] | None:
     """The filter on ``column`` (of ``file_type``) keeping the rows whose value is among
-    ``values`` (the build side's non-NULL keys; :func:`pushable_pair` holds); None when no
-    row can match (no key, or every key outside ``file_type``'s range).
+    ``values`` (the build side's non-NULL keys; :func:`pushable_pair` holds), and those
+    keys as sorted distinct int64 codes (DATE: days since 1970-01-01) for row-group
+    statistics; None when no row can match (no key, or every key outside ``file_type``).
 
-    The range's bounds are clamped to ``file_type``'s range (a wider build key cannot be
-    cast, and no stored value lies beyond it); the set is kept only while it has at most
-    :data:`MAX_KEY_SET` distinct keys and leaves out some value of the range."""
+    Keys outside ``file_type``'s range are left out (a wider build key cannot be cast, and
+    no stored value lies there); the ``isin`` set is kept only while it has
+    at most :data:`MAX_KEY_SET` distinct keys and leaves out some value of the range."""
     if not len(values):
         return None
     field = pc.field(column)
-    if pa.types.is_date32(file_type):
-        keys = pc.unique(values)
-        lo, hi = pc.min_max(keys).values()
-        expr = (field >= lo) & (field <= hi)
-        span = hi.value - lo.value + 1
-    else:
-        keys = pc.unique(values.cast(pa.int64()))
+    is_date = pa.types.is_date32(file_type)
+    keys = pc.unique(values.cast(pa.int32() if is_date else pa.int64()))
+    codes = np.sort(keys.to_numpy(zero_copy_only=False).astype(np.int64))
+    code_type = pa.int32() if is_date else pa.int64()
+    if not is_date:
         bounds = np.iinfo(file_type.to_pandas_dtype())
-        lo_key, hi_key = (s.as_py() for s in pc.min_max(keys).values())
-        lo, hi = max(lo_key, int(bounds.min)), min(hi_key, int(bounds.max))
-        if lo > hi:
+        codes = codes[(codes >= int(bounds.min)) & (codes <= int(bounds.max))]
+        if not len(codes):
             return None
-        keys = keys.filter(pc.and_(pc.greater_equal(keys, lo), pc.less_equal(keys, hi)))
-        keys = keys.cast(file_type)
-        expr = (field >= pa.scalar(lo, file_type)) & (field <= pa.scalar(hi, file_type))
-        span = hi - lo + 1
-    if len(keys) <= MAX_KEY_SET and len(keys) < span:
-        expr = expr & field.isin(keys)
-    return expr
+    lo, hi = int(codes[0]), int(codes[-1])
+    expr = (field >= pa.scalar(lo, code_type).cast(file_type)) & (
+        field <= pa.scalar(hi, code_type).cast(file_type)
+    )
+    if len(codes) <= MAX_KEY_SET and len(codes) < hi - lo + 1:
+        expr = expr & field.isin(pa.array(codes, code_type).cast(file_type))
+    return expr, codes

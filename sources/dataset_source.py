@@ -27,6 +27,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.csv as pacsv
 import pyarrow.dataset as ds
@@ -65,38 +66,45 @@ class DynamicFilter:
 
     DataFusion's dynamic filters and Robust Predicate Transfer (Yang et al., SIGMOD 2025)
     pass a join's build-side keys to the probe side's scan. Here a complete SteM's join
-    keys become a ``pyarrow.compute.Expression`` over this scan's key columns (a range,
-    and an ``isin`` when the key set is small; :mod:`eddies.modules.scan_filter`), which
-    :func:`scan_batches` applies to every row group it has not read yet: those whose
-    statistics refute it are skipped, the rows of the others filtered. Set on the trio
+    keys arrive as, per key column, a ``pyarrow.compute.Expression`` (a range, and an
+    ``isin`` when the key set is small) and the sorted distinct int64 key codes (integers
+    as themselves, DATEs as days; :mod:`eddies.modules.scan_filter`). :func:`scan_batches`
+    skips every row group not read yet whose statistics hold none of the keys of some
+    column (its [min, max] contains no key, or it is all NULL: NULL never joins), and
+    filters the rows of the batches it still reads by the expressions. Set on the trio
     thread, read by the scan's worker thread between row groups and batches, so a lock
-    guards the conjunction. ``sources``: what each conjunct came from (for explain).
+    guards it. ``sources``: what each part came from (for explain).
 
     The caller keeps it exact: a row it removes must be one that can join no qualifying
-    row of the SteM's table in an inner equi-join (NULL keys never join).
+    row of the SteM's table in an inner equi-join.
     """
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self.expression: Any = None
+        self.keys: list[tuple[str, Any]] = []  # (column, sorted distinct int64 codes)
         self.empty = False  # a SteM with no qualifying key: no row of this scan can join
         self.sources: list[str] = []
 
-    def add(self, expression: Any, source: str) -> None:
-        """AND ``expression`` (None: the SteM holds no key, so nothing can join) in."""
+    def add(self, parts: list[tuple[str, Any, Any]] | None, source: str) -> None:
+        """AND in ``parts``: (column, expression, sorted int64 codes) per key column; None
+        when the SteM holds no key, so nothing can join."""
         with self._lock:
             self.sources.append(source)
-            if expression is None:
+            if parts is None:
                 self.empty = True
-            elif self.expression is None:
-                self.expression = expression
-            else:
-                self.expression = self.expression & expression
+                return
+            for column, expression, codes in parts:
+                self.keys = [*self.keys, (column, codes)]
+                if self.expression is None:
+                    self.expression = expression
+                else:
+                    self.expression = self.expression & expression
 
-    def current(self) -> tuple[bool, Any]:
-        """(empty, expression) as of now."""
+    def current(self) -> tuple[bool, Any, list[tuple[str, Any]]]:
+        """(empty, expression, keys) as of now."""
         with self._lock:
-            return self.empty, self.expression
+            return self.empty, self.expression, self.keys
 
 
 def is_glob(text: str) -> bool:
@@ -319,7 +327,7 @@ def scan_batches(
             else [fragment]
         )
         for part in parts:
-            if isinstance(part, ds.ParquetFileFragment) and _refuted(part, dynamic, dataset):
+            if isinstance(part, ds.ParquetFileFragment) and _refuted(part, dynamic):
                 if counts is not None:
                     counts.dynamic_row_groups_skipped += 1
                 continue
@@ -327,15 +335,52 @@ def scan_batches(
                 yield _dynamic_rows(batch, dynamic, counts)
 
 
-def _refuted(part: ds.ParquetFileFragment, dynamic: DynamicFilter, dataset: ds.Dataset) -> bool:
-    """Whether the dynamic filter, as of now, refutes every row of this row group (by its
-    statistics: a key range or key set that misses the row group's [min, max])."""
-    empty, expression = dynamic.current()
+def _refuted(part: ds.ParquetFileFragment, dynamic: DynamicFilter) -> bool:
+    """Whether the dynamic filter, as of now, refutes every row of this one-row-group
+    fragment by its statistics: for some key column, the row group is all NULL or its
+    [min, max] holds no key. (pyarrow's own statistics pruning keeps a row group with
+    any NULL in the column, so it is not used here.)"""
+    empty, _, keys = dynamic.current()
     if empty:
         return True
-    if expression is None:
+    if not keys:
         return False
-    return not part.subset(filter=expression, schema=dataset.schema).num_row_groups
+    meta = part.metadata
+    group = meta.row_group(part.row_groups[0].id)
+    paths = {meta.schema.column(j).path: j for j in range(meta.num_columns)}
+    for column, codes in keys:
+        j = paths.get(column)
+        if j is None:  # a partition column: its files were pruned, if at all, already
+            continue
+        stats = group.column(j).statistics
+        if stats is None:
+            continue
+        if stats.has_null_count and stats.null_count == group.num_rows:
+            return True
+        if not stats.has_min_max:
+            continue
+        lo, hi = _code(stats.min), _code(stats.max)
+        if lo is None or hi is None:
+            continue
+        at = int(np.searchsorted(codes, lo))
+        if at == len(codes) or codes[at] > hi:
+            return True
+    return False
+
+
+_EPOCH = dt.date(1970, 1, 1)
+
+
+def _code(value: Any) -> int | None:
+    """A statistics bound as a key code (ints as themselves, dates as days); None for
+    anything else."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value
+    if isinstance(value, dt.date) and not isinstance(value, dt.datetime):
+        return (value - _EPOCH).days
+    return None
 
 
 def _fragment_batches(
@@ -354,7 +399,7 @@ def _fragment_batches(
 
 def _dynamic_rows(batch: pa.RecordBatch, dynamic: DynamicFilter, counts: Any) -> pa.RecordBatch:
     """The rows of ``batch`` the dynamic filter keeps (it may have arrived mid-row-group)."""
-    empty, expression = dynamic.current()
+    empty, expression, _ = dynamic.current()
     if not empty and expression is None:
         return batch
     kept = batch.slice(0, 0) if empty else batch.filter(expression)
