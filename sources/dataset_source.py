@@ -386,15 +386,37 @@ def _code(value: Any) -> int | None:
 def _fragment_batches(
     fragment: ds.Fragment, schema: pa.Schema, columns: Any, filter: Any, batch_size: int
 ) -> Iterator[pa.RecordBatch]:
+    """The fragment's batches, ``filter`` applied. pyarrow cannot filter view columns
+    (``array_filter`` has no string_view kernel, as Polars and tpchgen write them): when
+    the scan reads one, they are cast to plain types first and filtered here."""
+    read = schema.names if columns is None else columns
+    views = filter is not None and any(_is_view(schema.field(c).type) for c in read)
     scanner = ds.Scanner.from_fragment(
         fragment,
         schema=schema,
         columns=columns,
-        filter=filter,
+        filter=None if views else filter,
         batch_size=batch_size,
         use_threads=False,  # one scan AM is one reader; the eddy runs beside it
     )
-    return scanner.to_batches()
+    if not views:
+        return scanner.to_batches()
+    return (_plain_views(b).filter(filter) for b in scanner.to_batches())
+
+
+def _is_view(t: pa.DataType) -> bool:
+    return pa.types.is_string_view(t) or pa.types.is_binary_view(t)
+
+
+def _plain_views(batch: pa.RecordBatch) -> pa.RecordBatch:
+    """``batch`` with string_view / binary_view columns cast to string / binary."""
+    plain = {pa.types.is_string_view: pa.string(), pa.types.is_binary_view: pa.binary()}
+    arrays, fields = [], []
+    for field, column in zip(batch.schema, batch.columns, strict=True):
+        target = next((t for test, t in plain.items() if test(column.type)), None)
+        arrays.append(column if target is None else column.cast(target))
+        fields.append(field if target is None else field.with_type(target))
+    return pa.RecordBatch.from_arrays(arrays, schema=pa.schema(fields))
 
 
 def _dynamic_rows(batch: pa.RecordBatch, dynamic: DynamicFilter, counts: Any) -> pa.RecordBatch:
@@ -402,6 +424,8 @@ def _dynamic_rows(batch: pa.RecordBatch, dynamic: DynamicFilter, counts: Any) ->
     empty, expression, _ = dynamic.current()
     if not empty and expression is None:
         return batch
+    if not empty and any(_is_view(t) for t in batch.schema.types):
+        batch = _plain_views(batch)  # pyarrow cannot filter view columns
     kept = batch.slice(0, 0) if empty else batch.filter(expression)
     if counts is not None:
         counts.dynamic_rows_filtered += batch.num_rows - kept.num_rows
