@@ -85,6 +85,7 @@ def star_files(where: pathlib.Path, rows: int = 2_000_000) -> dict[str, pathlib.
 
 
 def tpch_files(where: pathlib.Path) -> dict[str, pathlib.Path] | None:
+    """The SF1 orders and lineitem files bench/joins.py generates, or None if absent."""
     paths = {t: where / "sf1" / f"{t}.parquet" for t in ("orders", "lineitem")}
     return paths if all(p.exists() for p in paths.values()) else None
 
@@ -95,6 +96,7 @@ def values(table: pa.Table) -> list[tuple[int, ...]]:
 
 
 def eddies_runner(paths: dict[str, pathlib.Path], sql: str, on: bool):
+    """A call running ``sql`` over the files (catalog built once; ``on``: filters)."""
     cat = Catalog()
     for name, path in paths.items():
         cat.add_table(name, str(path))
@@ -107,6 +109,7 @@ def eddies_runner(paths: dict[str, pathlib.Path], sql: str, on: bool):
 
 
 def duckdb_runner(paths: dict[str, pathlib.Path], sql: str):
+    """A call running ``sql`` in DuckDB over ``read_parquet`` views of the files."""
     con = duckdb.connect(":memory:")
     con.execute(f"SET threads={DUCKDB_THREADS}")
     for name, path in paths.items():
@@ -119,6 +122,7 @@ def duckdb_runner(paths: dict[str, pathlib.Path], sql: str):
 
 
 def scan_row(stats, fact: str) -> list:
+    """The fact scan's counts as table cells."""
     m = stats.modules[f"scan:{fact}"]
     read = m.row_groups - m.row_groups_skipped - m.dynamic_row_groups_skipped
     return [
@@ -131,6 +135,7 @@ def scan_row(stats, fact: str) -> list:
 
 
 def bench(title: str, paths, sql: str, fact: str, repeat: int) -> None:
+    """Time the three runners, check their answers agree, print one table."""
     rows = []
     answers = {}
     for label, runner in (
