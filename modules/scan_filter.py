@@ -31,9 +31,10 @@ MAX_KEY_SET = 10_000
 
 def pushable_pair(build_type: pa.DataType, scan_file_type: pa.DataType) -> bool:
     """Whether keys of ``build_type`` can filter a file column of ``scan_file_type``
-    exactly with pyarrow comparisons: both integers (any widths), or both DATE."""
+    exactly with pyarrow comparisons: both integers (any widths but uint64, whose values
+    do not all have int64 codes), or both DATE."""
     if pa.types.is_integer(build_type) and pa.types.is_integer(scan_file_type):
-        return True
+        return not (pa.types.is_uint64(build_type) or pa.types.is_uint64(scan_file_type))
     return pa.types.is_date32(build_type) and pa.types.is_date32(scan_file_type)
 
 

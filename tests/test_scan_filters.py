@@ -397,3 +397,22 @@ def test_a_filter_arriving_mid_scan_skips_no_more_than_it_may(fact_file, policy,
     scan = scan_of(stats)
     assert scan.dynamic_row_groups_skipped <= skipped
     assert scan.tuples_out >= kept
+
+
+def test_key_filter_parts():
+    """Keys outside the scan column's type are left out; a small set adds ``isin``; a
+    dense one is its range; uint64 and mixed kinds are not pushed."""
+    from eddies.modules.scan_filter import key_filter, pushable_pair
+
+    expr, codes = key_filter(pa.array([5, 3, 3, 900, -200], pa.int64()), "k", pa.int8())
+    assert codes.tolist() == [3, 5]
+    assert "is_in" in str(expr)
+    assert key_filter(pa.array([500], pa.int64()), "k", pa.int8()) is None
+    assert key_filter(pa.array([], pa.int64()), "k", pa.int64()) is None
+    expr, codes = key_filter(pa.array(range(100), pa.int64()), "k", pa.int32())
+    assert "is_in" not in str(expr) and len(codes) == 100
+    assert pushable_pair(pa.int16(), pa.int64()) and pushable_pair(pa.date32(), pa.date32())
+    assert not pushable_pair(pa.uint64(), pa.int64())
+    assert not pushable_pair(pa.decimal128(5, 1), pa.int64())
+    assert not pushable_pair(pa.string(), pa.string())
+    assert not pushable_pair(pa.date32(), pa.int32())
