@@ -14,6 +14,7 @@ from eddies.engine.catalog import Catalog
 from eddies.engine.errors import EddiesError
 from eddies.engine.join_state import JOIN_STATES, stair_contents, with_join_state
 from eddies.engine.planner import Plan, plan_query
+from eddies.engine.scan_filters import scan_filter_pushes
 from eddies.router.routing_table import DestinationKind, RoutingTable
 from eddies.router.stats import RunStats
 from eddies.router.tuple_batch import Signature
@@ -134,6 +135,11 @@ def explain_plan(plan: Plan) -> str:
                 f"  {d.name}: tuples spanning {other} and not {graph.aliases[d.target_alias].name}"
                 f" pass only if stem:{d.table} holds their {p.name} key"
             )
+    pushes = scan_filter_pushes(plan, filters) if filters else {}
+    if pushes:
+        lines += ["", "dynamic scan filters (pushed once the SteM holds its table; row groups):"]
+        for push in pushes.values():
+            lines.append(f"  scan:{push.scan_table} skips by the {push.name}")
     if graph.steps:
         region = ", ".join(graph.alias_names(graph.region_mask))
         lines += [
@@ -279,5 +285,8 @@ def explain(
         raise EddiesError(f"join_state must be one of {', '.join(JOIN_STATES)}, got {join_state!r}")
     text = explain_plan(with_join_state(plan_query(sql, catalog), join_state))
     if stats is not None:
+        scans = stats.format_scans()
+        if scans:
+            text += "\n\n" + "\n".join(scans)
         text += "\n\n" + "\n".join(stats.format_estimates() or ["(no estimates recorded)"])
     return text

@@ -341,8 +341,13 @@ def _prune_scans(plan: Plan, block: QueryBlock, scope: BaseScope) -> None:
     dataset scan AM (with several AMs, duplicates are recognized by all columns, and a
     filtered scan could not stand in for the table)."""
     keys = set(plan.output_columns)
-    for predicate in plan.graph.predicates:
-        keys |= {k for k in predicate.expr.column_keys() if isinstance(k, tuple)}
+    exprs = [p.expr for p in plan.graph.predicates]
+    for step in plan.graph.steps:  # a join step's keys and conditions read columns too
+        exprs += [e for key in step.keys for e in key[:2]]
+        exprs += [step.residual, step.notin, step.stored_filter]
+    for expr in exprs:
+        if expr is not None:
+            keys |= {k for k in expr.column_keys() if isinstance(k, tuple)}
     for name, entry in plan.tables.items():
         if len(entry.scans) != 1 or entry.indexes or not entry.scans[0].prunable:
             continue

@@ -22,6 +22,7 @@ from eddies.engine.commit_points import CommitPoints
 from eddies.engine.errors import UnsupportedQueryError
 from eddies.engine.options import RunOptions
 from eddies.engine.planner import Plan
+from eddies.engine.scan_filters import pushing, scan_filter_pushes
 from eddies.modules.base import Module, process_inline
 from eddies.modules.index_am import IndexAM
 from eddies.modules.join_step import JoinStepModule
@@ -36,6 +37,7 @@ from eddies.router.eddy import Eddy, Source
 from eddies.router.policies import make_policy
 from eddies.router.routing_table import Destination, DestinationKind, RoutingTable
 from eddies.router.stats import LookupStats, RunStats
+from eddies.sources.dataset_source import DynamicFilter
 from eddies.sources.stream import StreamTable
 from eddies.sources.table_store import TableStore
 
@@ -163,7 +165,13 @@ def lower(
             {t: stem for t, stem in stems.items() if t in streams},
             {t: stem for t, stem in stems.items() if t not in streams and graph.has_index(t)},
         )
-    scans, scan_tables = _scans(plan, table_stores, options, stats, commits, stairs)
+    # Dynamic scan filters: a complete SteM's keys skip another table's row groups.
+    pushes = scan_filter_pushes(plan, filters)
+    dynamic = {push.scan_table: DynamicFilter() for push in pushes.values()}
+    scans, scan_tables = _scans(plan, table_stores, options, stats, commits, stairs, dynamic)
+    asks = {d.id: functools.partial(stems[d.table].filter_pays, d.id) for d in filters}
+    for d_id, push in pushes.items():
+        asks[d_id] = pushing(asks[d_id], push, stems[push.stem_table], dynamic[push.scan_table])
     sources = _sources(plan, scans, scan_tables)
 
     channels = {
@@ -189,7 +197,7 @@ def lower(
         scanned,
         stems,
         on_idle=commits.changed if commits is not None else None,
-        filters={d.id: functools.partial(stems[d.table].filter_pays, d.id) for d in filters},
+        filters=asks,
         stasis=migrator.at_stasis if migrator is not None else None,
         inline={
             d.id: functools.partial(process_inline, modules[d.module])
@@ -285,9 +293,11 @@ def _scans(
     stats: RunStats,
     commits: CommitPoints | None,
     stairs: bool = False,
+    dynamic: dict[str, DynamicFilter] | None = None,
 ) -> tuple[list[ScanAM], list[str]]:
     """The scan AMs and the table of each; a stream's wait for the static tables first
-    (and, with windowed SteMs, for eviction) are hooks from ``commits``."""
+    (and, with windowed SteMs, for eviction) are hooks from ``commits``; ``dynamic``: per
+    table, the dynamic filter its scan applies (eddies.engine.scan_filters)."""
     graph = plan.graph
     access_ids = {(am.table, am.name): am.id for am in graph.access}
     batch_size = options.batch_size or DEFAULT_BATCH_SIZE
@@ -313,6 +323,7 @@ def _scans(
                     before_append=commits.before_append if streamed else None,
                     columns=plan.scan_columns.get(table),
                     filter=plan.scan_filters.get(table),
+                    dynamic=(dynamic or {}).get(table),
                 )
             )
             tables.append(table)

@@ -51,6 +51,7 @@ class ScanAM:
         before_append: Callable[[], Awaitable[None]] | None = None,
         columns: list[str] | None = None,
         filter: Any = None,
+        dynamic: Any = None,
     ) -> None:
         self.name = f"scan:{source.access_name or source.name}"
         self.access = access
@@ -68,6 +69,9 @@ class ScanAM:
         # eddies.engine.pushdown); the selections still run in the eddy.
         self.columns = columns
         self.filter = filter
+        # A DynamicFilter (eddies.sources.dataset_source) a complete SteM may set mid-scan
+        # (eddies.modules.scan_filter): row groups not read yet are skipped by its keys.
+        self.dynamic = dynamic
 
     async def run(self, to_eddy: trio.MemorySendChannel, source: Source, index: int) -> None:
         """Deliver every batch, each after taking a slot of ``source.admission``."""
@@ -125,7 +129,7 @@ class ScanAM:
                         yield self.store.append(batch.slice(start, self.batch_size))
             return
         batches = self.source.open_batches(
-            self.batch_size, self.columns, self.filter, counts=self.stats
+            self.batch_size, self.columns, self.filter, counts=self.stats, dynamic=self.dynamic
         )
         while True:
             try:

@@ -56,6 +56,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import trio
 
 from eddies.modules.base import Module, gather_columns, run_vectorized, vectorized_inline
@@ -458,9 +459,29 @@ class SteM(Module):
         return not KeyFilter(stored if valid is None else stored[valid]).unique
 
     def _key_filter(self, index: ColumnIndex, target: int) -> KeyFilter:
-        """The key set of the stored rows that may qualify: a row built before passing its
+        """The key set of the stored rows that may qualify (NULL keys never join)."""
+        rows = self._qualifying_rows(target)
+        stored, _, valid = index.encode(self.store, index.columns, rows, grow=False)
+        return KeyFilter(stored if valid is None else stored[valid])
+
+    def key_values(self, target: int, columns: tuple[str, ...]) -> list[pa.Array]:
+        """Per column of ``columns``, its values over the stored rows that may qualify
+        (as for :meth:`filter`) and whose every one of ``columns`` is non-NULL (NULL never
+        joins): what a scan's dynamic filter is made of (eddies.modules.scan_filter). The
+        SteM must be :meth:`filter_ready`."""
+        rows = self._qualifying_rows(target)
+        values = [self.store.gather(c, rows) for c in columns]
+        valid = None
+        for v in values:
+            if v.null_count:
+                ok = v.is_valid()
+                valid = ok if valid is None else pc.and_(valid, ok)
+        return values if valid is None else [v.filter(valid) for v in values]
+
+    def _qualifying_rows(self, target: int) -> np.ndarray:
+        """Row ids of the stored rows that may qualify: a row built before passing its
         table's own predicates is checked against those (without UDFs) here, once, so a
-        filter is as selective whatever order its rows took (NULL keys never join)."""
+        filter is as selective whatever order its rows took."""
         if not self.filter_ready():
             raise RuntimeError(f"{self.name}: filtered before it held its table")
         rows = self._rows.view()
@@ -486,8 +507,7 @@ class SteM(Module):
                     except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError):
                         continue  # its SM reports the error; the filter keeps those keys
                     keep[unchecked] &= passed
-        stored, _, valid = index.encode(self.store, index.columns, rows[keep], grow=False)
-        return KeyFilter(stored if valid is None else stored[valid])
+        return rows[keep]
 
     def stored_rows(self) -> np.ndarray:
         """Row ids of every tuple held (int64, in build order): what a JoinStep reads

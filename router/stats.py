@@ -25,7 +25,9 @@ class ModuleStats:
     """Counters of one destination (or scan AM). busy_seconds: wall time spent in process.
 
     For a scan AM over files: fragments (files) and Parquet row groups it read, and those
-    its pushed-down filter skipped (partition pruning, row-group statistics).
+    its pushed-down filter skipped (partition pruning, row-group statistics); and the row
+    groups a dynamic filter from a complete SteM's join keys skipped, and the rows it
+    removed from the row groups read after it arrived (eddies.modules.scan_filter).
     """
 
     name: str
@@ -38,6 +40,8 @@ class ModuleStats:
     fragments_skipped: int = 0
     row_groups: int = 0
     row_groups_skipped: int = 0
+    dynamic_row_groups_skipped: int = 0
+    dynamic_rows_filtered: int = 0
 
 
 @dataclass
@@ -259,6 +263,23 @@ class RunStats:
         if sig.floating:
             flags += " (floating)"
         return f"span {{{span}}}{flags} done {{{done}}}"
+
+    def format_scans(self) -> list[str]:
+        """What each file scan AM read and skipped, as text lines (none without files):
+        files and row groups, those its pushed-down filter skipped, and those the dynamic
+        filter from a complete SteM's keys skipped, with the rows it removed."""
+        lines = []
+        for m in self.modules.values():
+            if m.kind != "scan" or not (m.fragments or m.row_groups):
+                continue
+            lines.append(
+                f"  {m.name}: {m.tuples_out} rows; {m.fragments} files read "
+                f"({m.fragments_skipped} pruned); {m.row_groups} row groups, "
+                f"{m.row_groups_skipped} skipped by the pushed filter, "
+                f"{m.dynamic_row_groups_skipped} by the dynamic filter "
+                f"(which removed {m.dynamic_rows_filtered} rows of the others)"
+            )
+        return ["file scans:", *lines] if lines else []
 
     def format_estimates(self) -> list[str]:
         """The observed costs and selectivities (eddies.router.estimates), as text lines:

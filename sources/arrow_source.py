@@ -94,17 +94,19 @@ class TableSource:
         columns: list[str] | None = None,
         filter: Any = None,
         counts: Any = None,
+        dynamic: Any = None,
     ) -> Iterator[pa.RecordBatch]:
         """Batches of at most ``batch_size`` rows in :attr:`schema` (blocking I/O: call from
         a thread). For a dataset, ``columns`` are the only ones read (the others come as
-        NULLs, never looked at by the query) and ``filter`` is pushed into the scan (see
+        NULLs, never looked at by the query) and ``filter`` and the ``dynamic`` filter (a
+        :class:`~eddies.sources.dataset_source.DynamicFilter`) are pushed into the scan (see
         :func:`eddies.sources.dataset_source.scan_batches`; ``counts`` gets what was
-        skipped); other sources ignore both. Raises DataSourceError for a one-shot stream
+        skipped); other sources ignore all three. Raises DataSourceError for a one-shot stream
         scanned twice."""
         if self.table is not None:
             batches: Iterator[pa.RecordBatch] = iter(self.table.to_batches(batch_size))
         elif self.dataset is not None:
-            batches = self._dataset_batches(batch_size, columns, filter, counts)
+            batches = self._dataset_batches(batch_size, columns, filter, counts, dynamic)
         elif self.stream_of is not None:
             batches = iter(pa.RecordBatchReader.from_stream(self.stream_of))
         elif self.reader is not None:
@@ -122,12 +124,17 @@ class TableSource:
                 yield batch.slice(start, batch_size)
 
     def _dataset_batches(
-        self, batch_size: int, columns: list[str] | None, filter: Any, counts: Any
+        self,
+        batch_size: int,
+        columns: list[str] | None,
+        filter: Any,
+        counts: Any,
+        dynamic: Any = None,
     ) -> Iterator[pa.RecordBatch]:
         assert self.dataset is not None
         wanted = None if columns is None else [c for c in self.schema.names if c in columns]
         try:
-            for batch in scan_batches(self.dataset, batch_size, wanted, filter, counts):
+            for batch in scan_batches(self.dataset, batch_size, wanted, filter, counts, dynamic):
                 if wanted is not None and len(wanted) < len(self.schema):
                     batch = _fill_unread(batch, self.schema)
                 yield batch

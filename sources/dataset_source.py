@@ -21,11 +21,13 @@ import glob as globmod
 import os
 import pathlib
 import re
+import threading
 import urllib.parse
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.csv as pacsv
 import pyarrow.dataset as ds
@@ -55,6 +57,54 @@ class ScanCounts:
     fragments_skipped: int = 0
     row_groups: int = 0
     row_groups_skipped: int = 0
+    dynamic_row_groups_skipped: int = 0
+    dynamic_rows_filtered: int = 0
+
+
+class DynamicFilter:
+    """A filter that arrives while a scan runs (sideways information passing, issue 11).
+
+    DataFusion's dynamic filters and Robust Predicate Transfer (Yang et al., SIGMOD 2025)
+    pass a join's build-side keys to the probe side's scan. Here a complete SteM's join
+    keys arrive as, per key column, a ``pyarrow.compute.Expression`` (a range, and an
+    ``isin`` when the key set is small) and the sorted distinct int64 key codes (integers
+    as themselves, DATEs as days; :mod:`eddies.modules.scan_filter`). :func:`scan_batches`
+    skips every row group not read yet whose statistics hold none of the keys of some
+    column (its [min, max] contains no key, or it is all NULL: NULL never joins), and
+    filters the rows of the batches it still reads by the expressions. Set on the trio
+    thread, read by the scan's worker thread between row groups and batches, so a lock
+    guards it. ``sources``: what each part came from (for explain).
+
+    The caller keeps it exact: a row it removes must be one that can join no qualifying
+    row of the SteM's table in an inner equi-join.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.expression: Any = None
+        self.keys: list[tuple[str, Any]] = []  # (column, sorted distinct int64 codes)
+        self.empty = False  # a SteM with no qualifying key: no row of this scan can join
+        self.sources: list[str] = []
+
+    def add(self, parts: list[tuple[str, Any, Any]] | None, source: str) -> None:
+        """AND in ``parts``: (column, expression, sorted int64 codes) per key column; None
+        when the SteM holds no key, so nothing can join."""
+        with self._lock:
+            self.sources.append(source)
+            if parts is None:
+                self.empty = True
+                return
+            for column, expression, codes in parts:
+                self.keys = [*self.keys, (column, codes)]
+                if self.expression is None:
+                    self.expression = expression
+                else:
+                    self.expression = self.expression & expression
+
+    def current(self) -> tuple[bool, Any, list[tuple[str, Any]]]:
+        """(empty, expression, keys) as of now."""
+        with self._lock:
+            return self.empty, self.expression, self.keys
 
 
 def is_glob(text: str) -> bool:
@@ -236,6 +286,7 @@ def scan_batches(
     columns: list[str] | None = None,
     filter: Any = None,
     counts: Any = None,
+    dynamic: DynamicFilter | None = None,
 ) -> Iterator[pa.RecordBatch]:
     """RecordBatches of ``dataset`` (blocking I/O: call from a worker thread).
 
@@ -244,6 +295,10 @@ def scan_batches(
     whose statistics do, are skipped and counted in ``counts``, an object with the
     fields of :class:`ScanCounts`). The caller keeps the filter exact: a row it removes
     must be one the query's selection removes (see eddies.engine.pushdown).
+    dynamic: a :class:`DynamicFilter` that may arrive mid-scan; the Parquet files are then
+    read row group by row group, so it can skip every row group not read yet
+    (``dynamic_row_groups_skipped``) and filter the rows of the batches that follow
+    (``dynamic_rows_filtered``); ``columns`` must then include its key columns.
     """
     fragments = list(dataset.get_fragments()) if filter is not None else None
     kept = dataset.get_fragments(filter=filter) if filter is not None else dataset.get_fragments()
@@ -263,12 +318,115 @@ def scan_batches(
                 continue
         elif isinstance(fragment, ds.ParquetFileFragment) and counts is not None:
             counts.row_groups += fragment.num_row_groups
-        scanner = ds.Scanner.from_fragment(
-            fragment,
-            schema=dataset.schema,
-            columns=columns,
-            filter=filter,
-            batch_size=batch_size,
-            use_threads=False,  # one scan AM is one reader; the eddy runs beside it
+        if dynamic is None:
+            yield from _fragment_batches(fragment, dataset.schema, columns, filter, batch_size)
+            continue
+        parts = (
+            fragment.split_by_row_group()
+            if isinstance(fragment, ds.ParquetFileFragment)
+            else [fragment]
         )
-        yield from scanner.to_batches()
+        for part in parts:
+            if isinstance(part, ds.ParquetFileFragment) and _refuted(part, dynamic):
+                if counts is not None:
+                    counts.dynamic_row_groups_skipped += 1
+                continue
+            for batch in _fragment_batches(part, dataset.schema, columns, filter, batch_size):
+                yield _dynamic_rows(batch, dynamic, counts)
+
+
+def _refuted(part: ds.ParquetFileFragment, dynamic: DynamicFilter) -> bool:
+    """Whether the dynamic filter, as of now, refutes every row of this one-row-group
+    fragment by its statistics: for some key column, the row group is all NULL or its
+    [min, max] holds no key. (pyarrow's own statistics pruning keeps a row group with
+    any NULL in the column, so it is not used here.)"""
+    empty, _, keys = dynamic.current()
+    if empty:
+        return True
+    if not keys:
+        return False
+    meta = part.metadata
+    group = meta.row_group(part.row_groups[0].id)
+    paths = {meta.schema.column(j).path: j for j in range(meta.num_columns)}
+    for column, codes in keys:
+        j = paths.get(column)
+        if j is None:  # a partition column: its files were pruned, if at all, already
+            continue
+        stats = group.column(j).statistics
+        if stats is None:
+            continue
+        if stats.has_null_count and stats.null_count == group.num_rows:
+            return True
+        if not stats.has_min_max:
+            continue
+        lo, hi = _code(stats.min), _code(stats.max)
+        if lo is None or hi is None:
+            continue
+        at = int(np.searchsorted(codes, lo))
+        if at == len(codes) or codes[at] > hi:
+            return True
+    return False
+
+
+_EPOCH = dt.date(1970, 1, 1)
+
+
+def _code(value: Any) -> int | None:
+    """A statistics bound as a key code (ints as themselves, dates as days); None for
+    anything else."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value
+    if isinstance(value, dt.date) and not isinstance(value, dt.datetime):
+        return (value - _EPOCH).days
+    return None
+
+
+def _fragment_batches(
+    fragment: ds.Fragment, schema: pa.Schema, columns: Any, filter: Any, batch_size: int
+) -> Iterator[pa.RecordBatch]:
+    """The fragment's batches, ``filter`` applied. pyarrow cannot filter view columns
+    (``array_filter`` has no string_view kernel, as Polars and tpchgen write them): when
+    the scan reads one, they are cast to plain types first and filtered here."""
+    read = schema.names if columns is None else columns
+    views = filter is not None and any(_is_view(schema.field(c).type) for c in read)
+    scanner = ds.Scanner.from_fragment(
+        fragment,
+        schema=schema,
+        columns=columns,
+        filter=None if views else filter,
+        batch_size=batch_size,
+        use_threads=False,  # one scan AM is one reader; the eddy runs beside it
+    )
+    if not views:
+        return scanner.to_batches()
+    return (_plain_views(b).filter(filter) for b in scanner.to_batches())
+
+
+def _is_view(t: pa.DataType) -> bool:
+    return pa.types.is_string_view(t) or pa.types.is_binary_view(t)
+
+
+def _plain_views(batch: pa.RecordBatch) -> pa.RecordBatch:
+    """``batch`` with string_view / binary_view columns cast to string / binary."""
+    plain = {pa.types.is_string_view: pa.string(), pa.types.is_binary_view: pa.binary()}
+    arrays, fields = [], []
+    for field, column in zip(batch.schema, batch.columns, strict=True):
+        target = next((t for test, t in plain.items() if test(column.type)), None)
+        arrays.append(column if target is None else column.cast(target))
+        fields.append(field if target is None else field.with_type(target))
+    return pa.RecordBatch.from_arrays(arrays, schema=pa.schema(fields))
+
+
+def _dynamic_rows(batch: pa.RecordBatch, dynamic: DynamicFilter, counts: Any) -> pa.RecordBatch:
+    """The rows of ``batch`` the dynamic filter keeps (it may have arrived mid-row-group)."""
+    empty, expression, _ = dynamic.current()
+    if not empty and expression is None:
+        return batch
+    if not empty and any(_is_view(t) for t in batch.schema.types):
+        batch = _plain_views(batch)  # pyarrow cannot filter view columns
+    kept = batch.slice(0, 0) if empty else batch.filter(expression)
+    if counts is not None:
+        counts.dynamic_rows_filtered += batch.num_rows - kept.num_rows
+    return kept
