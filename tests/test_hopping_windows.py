@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import datetime as dt
 import itertools
+from pathlib import Path
 
 import pyarrow as pa
 import pytest
@@ -242,3 +243,15 @@ def test_named_windows_stay_refused():
     cat.add_table("s", _table([(1, 1, 1)]))
     with pytest.raises(UnsupportedQueryError, match="WINDOW"):
         execute("SELECT sum(s.v) OVER w FROM s WINDOW w AS (ORDER BY s.v)", cat)
+
+
+def test_the_hopping_window_docs_example_runs(capsys):
+    text = (Path(__file__).parent.parent / "docs" / "streaming.md").read_text()
+    section = text[text.index("### Hopping (sliding) and tumbling windows") :]
+    code = section[
+        section.index("```python\n") + 10 : section.index("\n```", section.index("```python"))
+    ]
+    exec(compile(code, "docs/streaming.md", "exec"), {})
+    out = capsys.readouterr().out.splitlines()
+    expected = [line.removeprefix("# ") for line in code.splitlines() if line.startswith("# ")]
+    assert out == expected
