@@ -504,12 +504,16 @@ def _aggregate_state_fn(task: _Task) -> Callable:
 @dataclass(frozen=True)
 class ExecutorsBatch:
     """What one micro-batch of the executors' Spark query did: result rows written, and
-    seconds of its ``foreachBatch`` (the executors' work plus the sink write)."""
+    seconds of its ``foreachBatch`` (the executors' work plus the sink write). rows_in is
+    None: the rows are counted by Spark, in the query's progress
+    (:meth:`ExecutorsAttachment.rows_in`); a replay is recomputed, not ignored."""
 
     stream: str
     batch_id: int
     rows_out: int
     seconds: float
+    rows_in: int | None = None
+    replayed: bool = False
 
 
 class ExecutorsAttachment:
@@ -534,6 +538,7 @@ class ExecutorsAttachment:
         self._collected: list[pa.Table] = []
         self._lock = threading.Lock()
         self._closed = False
+        self._rows_in: dict[int, int] = {}
 
     def callback(self, name: str) -> Callable[[Any, int], None]:
         """The ``foreachBatch`` function: the micro-batch's results to the sink."""
@@ -571,6 +576,14 @@ class ExecutorsAttachment:
                 self._on_micro_batch(record)
 
         return write
+
+    def rows_in(self) -> int:
+        """Input rows of the micro-batches Spark has finished (its progress reports,
+        ``numInputRows``, by batch id)."""
+        for streaming in self.streaming_queries.values():
+            for progress in streaming.recentProgress:
+                self._rows_in[int(progress["batchId"])] = int(progress["numInputRows"])
+        return sum(self._rows_in.values())
 
     def await_termination(self, timeout: float | None = None) -> pa.Table:
         """Wait for the Spark query to end (e.g. ``availableNow``); the collected result

@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import importlib.util
 import math
 import shutil
@@ -275,6 +276,8 @@ class Watch:
     def on_micro_batch(self, record: Any) -> None:
         if record.replayed:
             return
+        if record.rows_in is None:  # placement="executors": Spark counts the input rows
+            record = dataclasses.replace(record, rows_in=-1)
         snap = Snapshot.take(self.attachment.stats if self.attachment else None)
         with self._lock:
             delta, self._last = snap.minus(self._last), snap
@@ -291,6 +294,8 @@ class Watch:
             )
 
     def rows_in(self) -> int:
+        if getattr(self.attachment, "placement", "driver") == "executors":
+            return self.attachment.rows_in()  # Spark's progress reports
         with self._lock:
             return sum(line.rows_in for line in self.lines)
 
@@ -316,10 +321,14 @@ def batch_line(line: BatchLine) -> str:
             paths[short(name)] += tuples
     routed = ", ".join(f"{name} {n:,}" for name, n in sorted(paths.items()))
     rate = line.rows_in / line.seconds if line.seconds > 0 else math.inf
-    return (
-        f"batch {line.batch_id}: {line.rows_in:,} rows in, {line.rows_out:,} out, "
-        f"{line.seconds:.2f} s ({rate:,.0f} rows/s), {line.lookups} airports lookups"
-        + (f" [dim]· tuples to {escape(routed)}[/]" if routed else "")
+    rows = (
+        f"{line.rows_in:,} rows in, {line.rows_out:,} out, {line.seconds:.2f} s "
+        f"({rate:,.0f} rows/s)"
+        if line.rows_in >= 0  # -1: executors placement, Spark counts the input rows
+        else f"{line.rows_out:,} rows out, {line.seconds:.2f} s on the executors"
+    )
+    return f"batch {line.batch_id}: {rows}, {line.lookups} airports lookups" + (
+        f" [dim]· tuples to {escape(routed)}[/]" if routed else ""
     )
 
 
@@ -404,7 +413,7 @@ def check_with_duckdb(inputs: Path, result: pa.Table) -> bool | None:
 
 
 def print_summary(seen: Watch, stats: Any, seconds: float, server: AirportsServer | None) -> None:
-    rows_in = sum(line.rows_in for line in seen.lines)
+    rows_in = seen.rows_in()
     rows_out = sum(line.rows_out for line in seen.lines)
     console.print(
         f"[bold]{len(seen.lines)} micro-batches[/], {rows_in:,} rows in, {rows_out:,} rows out "
@@ -451,7 +460,7 @@ def save_plot(seen: Watch, path: Path) -> None:
     fig, (top, bottom) = plt.subplots(2, 1, figsize=(10, 6.5), sharex=True)
     ends = [line.ended_at for line in seen.lines]
     starts = [line.ended_at - line.seconds for line in seen.lines]
-    rates = [line.rows_in / line.seconds if line.seconds > 0 else 0 for line in seen.lines]
+    rates = [max(line.rows_in, 0) / line.seconds if line.seconds > 0 else 0 for line in seen.lines]
     widths = [max(line.seconds, 0.02) for line in seen.lines]
     top.bar(starts, rates, width=widths, align="edge", color="tab:blue", alpha=0.8)
     top.set_ylabel("rows/s through the eddy\n(per micro-batch)")
@@ -510,6 +519,13 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         type=float,
         metavar="SECONDS",
         help="--trigger continuous: stop after this long even if rows are still coming",
+    )
+    parser.add_argument(
+        "--placement",
+        choices=("driver", "executors"),
+        default="driver",
+        help="driver: one eddy on the driver, fed by foreachBatch (default); executors: "
+        "one eddy per partition of each micro-batch inside Spark's executors",
     )
     parser.add_argument("--files", type=int, default=20, help="Parquet files to write (20)")
     parser.add_argument("--rows-per-file", type=int, default=5000, help="flights per file (5,000)")
@@ -626,7 +642,10 @@ def run(args: argparse.Namespace, work: Path, session: Any = None) -> int:
             sink=ParquetSink(str(output)),
             on_micro_batch=seen.on_micro_batch,
             seed=args.seed,
+            placement=args.placement,
         )
+        if args.placement == "executors":
+            console.print(f"placement: executors ({attachment.plan.reason})")
         seen.attachment = attachment
         outcome: dict[str, Any] = {}
 
