@@ -163,6 +163,8 @@ def lower(
             {t: stem for t, stem in stems.items() if t in streams},
             {t: stem for t, stem in stems.items() if t not in streams and graph.has_index(t)},
         )
+        if options.debug:
+            commits.on_evict = modules["output"].renumber  # type: ignore[attr-defined]
     scans, scan_tables = _scans(plan, table_stores, options, stats, commits, stairs)
     sources = _sources(plan, scans, scan_tables)
 
