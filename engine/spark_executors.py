@@ -648,6 +648,44 @@ def _lookups(catalog: Catalog, names: tuple[str, ...]) -> list[_Lookup]:
     return out
 
 
+def make_task(
+    plan: ExecutorPlan,
+    catalog: Catalog,
+    schemas: Mapping[str, pa.Schema],
+    options: RunOptions,
+    buckets: int,
+    expected: pa.Schema | None = None,
+) -> _Task:
+    """What every executor task of ``plan`` gets (pickled with its function): the
+    broadcast tables, the lookup tables, the UDFs, the shipped inputs' schemas.
+    ``schemas``: stream name -> Arrow schema; ``buckets``: key buckets of the stateful
+    kinds; ``expected``: the Arrow schema Spark wants back from the map kind (default: the
+    result schema with positional names). Raises DataSourceError for a table that cannot
+    be shipped."""
+    plain = {n.lower(): plain_schema(s) for n, s in schemas.items()}
+    part = plan.partition
+    inputs = [
+        (i.name, pa.schema([plain[i.table].field(c) for c in i.project])) for i in part.inputs
+    ]
+    if expected is None:
+        expected = pa.schema([pa.field(f"_c{i}", f.type) for i, f in enumerate(plan.result_schema)])
+    return _Task(
+        uuid.uuid4().hex,
+        plan.kind,
+        plan.sql,
+        _shippable(catalog, plan.broadcast),
+        _lookups(catalog, plan.lookups),
+        list(catalog.functions.values()),
+        inputs,
+        plan.result_schema,
+        expected,
+        options,
+        buckets,
+        plan.finalize,
+        None if plan.finalize is None else list(plan.output_columns),
+    )
+
+
 def attach_executors(
     sql: str,
     catalog: Catalog,
@@ -674,27 +712,9 @@ def attach_executors(
     spark = next(iter(frames.values())).sparkSession
     part = plan.partition
     buckets = int(spark.conf.get("spark.sql.shuffle.partitions"))
-    plain = {n: plain_schema(s) for n, s in schemas.items()}
-    inputs = [
-        (i.name, pa.schema([plain[i.table].field(c) for c in i.project])) for i in part.inputs
-    ]
     out_schema = pa.schema([pa.field(f"_c{i}", f.type) for i, f in enumerate(plan.result_schema)])
     struct, expected = _spark_schema(spark, out_schema)
-    task = _Task(
-        uuid.uuid4().hex,
-        plan.kind,
-        plan.sql,
-        _shippable(catalog, plan.broadcast),
-        _lookups(catalog, plan.lookups),
-        list(catalog.functions.values()),
-        inputs,
-        plan.result_schema,
-        expected,
-        options,
-        buckets,
-        plan.finalize,
-        None if plan.finalize is None else list(plan.output_columns),
-    )
+    task = make_task(plan, catalog, schemas, options, buckets, expected)
     name = "-".join(i.table for i in part.inputs) if plan.kind == "join" else part.inputs[0].table
     blobs = "blob binary"
     if plan.kind == "map":
