@@ -274,6 +274,8 @@ class _Task:
     buckets: int
     finalize: FinalizeSpec | None = None
     output_columns: list[tuple[int, str]] | None = None
+    keys: list[tuple[str, str]] | None = None  # join: per input, first key column, hash type
+    shared: list[bool] | None = None  # join: per input, read by several aliases
 
 
 def _cached(query_id: str, access: IndexAccess, lookup: Callable) -> Callable:
@@ -399,33 +401,63 @@ def _pack_fn(column: str) -> Callable:
     return run
 
 
+#: Arrow types the join's hash types compare in (partitioned._hash_type's Spark names).
+_KEY_TYPES = {"bigint": pa.int64(), "double": pa.float64(), "string": pa.string()}
+
+
+def _input_rows(table: pa.Table, i: int, name: str, schema: pa.Schema) -> pa.Table:
+    """Input ``i``'s rows of a packed bucket table (its struct column, where set)."""
+    column = table.column(f"{INPUT}{i}").combine_chunks()
+    rows = column.filter(column.is_valid())
+    part = pa.Table.from_arrays(rows.flatten(), names=[f.name for f in rows.type])
+    return conform(part, schema, f"stream {name!r}")
+
+
 def _join_state_fn(task: _Task) -> Callable:
-    """applyInPandasWithState: a bucket's eddy over its old and new rows (see module doc)."""
+    """applyInPandasWithState: a bucket's eddy over its new rows and the old rows that can
+    meet them (see module doc).
+
+    Every stream alias is in one equi-join class, so a result's stream tuples all carry
+    one key; a result with a new tuple of input j has a key of j's new rows. So input i's
+    old rows take part only where their key is among the new keys of the other inputs
+    (and of i itself when two aliases read it): a semi-join filter, so a micro-batch
+    costs what its keys touch, not the whole state."""
 
     def run(key: tuple, frames: Iterator[pd.DataFrame], state: Any) -> Iterator[pd.DataFrame]:
         new = _concat([_unipc(b) for f in frames for b in f["blob"]])
         old = _unipc(state.get[0]) if state.exists else None
+        fresh = [_input_rows(new, i, n, s) for i, (n, s) in enumerate(task.inputs)]
+        new_keys = [_key_values(task, i, t) for i, t in enumerate(fresh)]
         slices = {}
         for i, (name, schema) in enumerate(task.inputs):
-            parts = []
-            for table, fresh in ((old, False), (new, True)):
-                if table is None:
-                    continue
-                column = table.column(f"{INPUT}{i}").combine_chunks()
-                rows = column.filter(column.is_valid())
-                part = pa.Table.from_arrays(rows.flatten(), names=[f.name for f in rows.type])
-                part = conform(part, schema, f"stream {name!r}")
-                parts.append(part.append_column(NEW, pa.array(np.full(len(part), fresh))))
+            parts = [fresh[i].append_column(NEW, pa.array(np.ones(len(fresh[i]), dtype=bool)))]
+            if old is not None:
+                meet = [k for j, k in enumerate(new_keys) if j != i or task.shared[i]]
+                stale = _input_rows(old, i, name, schema)
+                if meet and stale.num_rows:
+                    wanted = pa.chunked_array(meet, meet[0].type).combine_chunks()
+                    stale = stale.filter(pc.is_in(_key_values(task, i, stale), wanted))
+                else:
+                    stale = stale.slice(0, 0)
+                parts.append(stale.append_column(NEW, pa.array(np.zeros(len(stale), dtype=bool))))
             slices[name] = _concat(parts)
         everything = new if old is None else _concat([old, new])
         state.update((_ipc(everything),))
-        if any(t.num_rows == 0 for t in slices.values()):
+        if not any(t.num_rows for t in fresh) or any(t.num_rows == 0 for t in slices.values()):
             return
         result = execute(task.sql, _task_catalog(task, slices), options=task.options)
         if result.num_rows:
             yield pd.DataFrame({"blob": [_ipc(result)]})
 
     return run
+
+
+def _key_values(task: _Task, i: int, rows: pa.Table) -> pa.Array:
+    """Input ``i``'s first join-key column, in the type the inputs' keys compare in."""
+    column, hash_type = task.keys[i]
+    values = rows.column(column).combine_chunks()
+    target = _KEY_TYPES.get(hash_type)
+    return values if target is None or values.type == target else values.cast(target)
 
 
 def _aggregate(task: _Task) -> StreamingAggregate:
@@ -683,6 +715,8 @@ def make_task(
         buckets,
         plan.finalize,
         None if plan.finalize is None else list(plan.output_columns),
+        [(i.columns[0], i.hash_types[0]) if i.columns else ("", "") for i in part.inputs],
+        [len(i.aliases) > 1 for i in part.inputs],
     )
 
 

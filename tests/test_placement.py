@@ -192,7 +192,19 @@ def _batches(rows: list[tuple], cuts: list[int]) -> list[pa.Table]:
     return [_pair_table(rows[a:b]) for a, b in itertools.pairwise(bounds)]
 
 
+JOINS = [
+    "SELECT l.v AS lv, r.v AS rv, d.name FROM l JOIN r ON l.k = r.k "
+    "JOIN dim d ON d.k = l.k WHERE l.v <> r.v",
+    # a self-join: one shipped input read by two aliases (old rows meet its own new ones)
+    "SELECT a.v AS av, b.v AS bv, r.v AS rv FROM l a JOIN l b ON a.k = b.k "
+    "JOIN r ON r.k = b.k WHERE a.v <= b.v",
+    # aliases of one table on different columns: two shipped copies
+    "SELECT a.v AS av, b.k AS bk FROM l a JOIN l b ON a.k = b.v",
+]
+
+
 @pytest.mark.parametrize(("policy", "batch_size"), RUNS)
+@pytest.mark.parametrize("sql", JOINS, ids=["two-streams", "self-join", "copies"])
 @settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     left=pairs_st,
@@ -201,14 +213,11 @@ def _batches(rows: list[tuple], cuts: list[int]) -> list[pa.Table]:
     buckets=st.integers(1, 3),
 )
 def test_a_stream_stream_join_per_bucket_over_micro_batches_equals_duckdb(
-    policy, batch_size, left, right, cuts, buckets
+    policy, batch_size, sql, left, right, cuts, buckets
 ):
     """Per micro-batch: rows hashed on the join key, packed per bucket, one state call per
-    bucket; the union of every output equals DuckDB's join over all rows."""
-    sql = (
-        "SELECT l.v AS lv, r.v AS rv, d.name FROM l JOIN r ON l.k = r.k "
-        "JOIN dim d ON d.k = l.k WHERE l.v <> r.v"
-    )
+    bucket (old rows pruned to the new rows' keys); the union of every output equals
+    DuckDB's join over all rows."""
     cat = Catalog()
     cat.add_table("dim", DIM)
     schemas = {"l": PAIR, "r": PAIR}
@@ -216,24 +225,23 @@ def test_a_stream_stream_join_per_bucket_over_micro_batches_equals_duckdb(
     plan = analyze_placement(sql, cat, schemas, options)
     assert plan.kind == "join"
     task = make_task(plan, cat, schemas, options, buckets)
-    lefts, rights = _batches(left, cuts), _batches(right, cuts)
+    batches = {"l": _batches(left, cuts), "r": _batches(right, cuts)}
     states: dict = defaultdict(FakeState)
     outputs = []
-    for i in range(max(len(lefts), len(rights))):
+    for n in range(max(len(b) for b in batches.values())):
         parts = []
-        for j, piece in enumerate([lefts, rights]):
-            if i >= len(piece):
+        for i, one in enumerate(plan.partition.inputs):
+            if n >= len(batches[one.table]):
                 continue
-            rows = piece[i].filter(piece[i]["k"].is_valid()).combine_chunks()
+            piece = batches[one.table][n]
+            (key,) = one.columns
+            rows = piece.filter(piece[key].is_valid()).combine_chunks()  # NULL never joins
             struct = pa.StructArray.from_arrays(
                 [c.combine_chunks() for c in rows.columns], names=rows.column_names
             )
-            empty = pa.nulls(rows.num_rows, struct.type)
-            columns = {
-                BUCKET: pa.array(_buckets_of(rows, ["k"], buckets)),
-                f"{INPUT}0": struct if j == 0 else empty,
-                f"{INPUT}1": struct if j == 1 else empty,
-            }
+            columns = {BUCKET: pa.array(_buckets_of(rows, [key], buckets))}
+            for j in range(len(plan.partition.inputs)):
+                columns[f"{INPUT}{j}"] = struct if j == i else pa.nulls(len(rows), struct.type)
             parts.append(pa.table(columns))
         if not parts:
             continue
