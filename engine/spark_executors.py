@@ -21,10 +21,11 @@ its routing to its own piece. Three kinds of query are placed, decided by
   (``mapInArrow``), and ``groupBy(bucket).applyInPandasWithState`` keeps, per bucket, every
   row seen so far in Spark's state store (one Arrow IPC value per bucket). Per micro-batch
   the bucket's eddy runs over old and new rows with the extra predicate "at least one
-  tuple is new" (``_eddies_new``), so it produces exactly the results the new rows cause.
-  Spark checkpoints and restores the state with the query; the cost is that each
-  micro-batch re-reads its buckets' old rows (no windows here: state grows with the
-  streams).
+  tuple is new" (``_eddies_new``), so it produces exactly the results the new rows cause;
+  old rows enter the eddy only where their key is among the new rows' keys (a semi-join
+  filter). Spark checkpoints and restores the state with the query; the cost is that each
+  micro-batch decodes and re-encodes its buckets' state (no windows here: state grows with
+  the streams).
 * ``"aggregate"`` — GROUP BY (or a global aggregate) over one stream joined with static
   and lookup tables, ``output_mode="update"``, no watermark: each partition's eddy feeds
   its rows to a :class:`~eddies.engine.incremental.StreamingAggregate`, whose mergeable
@@ -276,6 +277,17 @@ class _Task:
     output_columns: list[tuple[int, str]] | None = None
     keys: list[tuple[str, str]] | None = None  # join: per input, first key column, hash type
     shared: list[bool] | None = None  # join: per input, read by several aliases
+    key_columns: list[tuple[str, ...]] | None = None  # join: per input, every key column
+    rows: Any = None  # Spark accumulators (None outside Spark): input rows taken,
+    seconds: Any = None  # and seconds the eddies ran, summed over tasks
+
+
+def _count(task: _Task, rows: int, seconds: float) -> None:
+    """Add to the query's accumulators (sent back with the task's result)."""
+    if task.rows is not None:
+        task.rows.add(rows)
+    if task.seconds is not None:
+        task.seconds.add(seconds)
 
 
 def _cached(query_id: str, access: IndexAccess, lookup: Callable) -> Callable:
@@ -367,7 +379,9 @@ def _map_fn(task: _Task) -> Callable:
         if not rows or not sum(b.num_rows for b in rows):
             return
         table = conform(pa.Table.from_batches(rows), schema, f"stream {name!r}")
+        started = time.perf_counter()
         result = execute(task.sql, _task_catalog(task, {name: table}), options=task.options)
+        _count(task, table.num_rows, time.perf_counter() - started)
         for batch in result.to_batches():
             yield pa.RecordBatch.from_arrays(
                 [c.cast(f.type) for c, f in zip(batch.columns, task.out_schema, strict=True)],
@@ -377,14 +391,22 @@ def _map_fn(task: _Task) -> Callable:
     return run
 
 
-def _pack_fn(column: str) -> Callable:
-    """mapInArrow: the partition's rows as one Arrow IPC value per bucket."""
+def _pack_fn(column: str, task: _Task | None = None) -> Callable:
+    """mapInArrow: the partition's rows as one Arrow IPC value per bucket. With the join's
+    ``task``: the input rows are counted, and rows with a NULL key (they never join) are
+    dropped."""
 
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         rows = [b for b in batches if b.num_rows]
         if not rows:
             return
-        table = pa.Table.from_batches(rows).sort_by(column)
+        table = pa.Table.from_batches(rows)
+        if task is not None and task.key_columns is not None:
+            _count(task, table.num_rows, 0.0)
+            table = table.filter(pa.array(_joinable(table, task.key_columns)))
+            if not table.num_rows:
+                return
+        table = table.sort_by(column)
         buckets = table.column(column).to_numpy()
         starts = np.flatnonzero(np.r_[True, buckets[1:] != buckets[:-1]])
         ends = np.r_[starts[1:], len(buckets)]
@@ -411,6 +433,18 @@ def _input_rows(table: pa.Table, i: int, name: str, schema: pa.Schema) -> pa.Tab
     rows = column.filter(column.is_valid())
     part = pa.Table.from_arrays(rows.flatten(), names=[f.name for f in rows.type])
     return conform(part, schema, f"stream {name!r}")
+
+
+def _joinable(table: pa.Table, key_columns: list[tuple[str, ...]]) -> np.ndarray:
+    """Rows of a shuffled join table whose input's key columns are all set."""
+    keep = np.zeros(table.num_rows, dtype=bool)
+    for i, columns in enumerate(key_columns):
+        rows = table.column(f"{INPUT}{i}").combine_chunks()
+        ok = rows.is_valid()
+        for c in columns:
+            ok = pc.and_(ok, pc.struct_field(rows, c).is_valid())
+        keep |= pc.fill_null(ok, False).to_numpy(zero_copy_only=False)
+    return keep
 
 
 def _join_state_fn(task: _Task) -> Callable:
@@ -445,7 +479,9 @@ def _join_state_fn(task: _Task) -> Callable:
         state.update((_ipc(everything),))
         if not any(t.num_rows for t in fresh) or any(t.num_rows == 0 for t in slices.values()):
             return
+        started = time.perf_counter()
         result = execute(task.sql, _task_catalog(task, slices), options=task.options)
+        _count(task, 0, time.perf_counter() - started)
         if result.num_rows:
             yield pd.DataFrame({"blob": [_ipc(result)]})
 
@@ -501,7 +537,9 @@ def _partials_fn(task: _Task) -> Callable:
             agg._flush()
             return agg._state
 
+        started = time.perf_counter()
         partial = trio.run(main)
+        _count(task, table.num_rows, time.perf_counter() - started)
         if partial is None or partial.num_rows == 0:
             return
         keys = agg._keys()
@@ -520,8 +558,10 @@ def _aggregate_state_fn(task: _Task) -> Callable:
         partials = [_unipc(b) for f in frames for b in f["blob"]]
         agg = _aggregate(task)
         tables = ([_unipc(state.get[0])] if state.exists else []) + partials
+        started = time.perf_counter()
         agg._state = agg._merge(_concat(tables))
         out = trio.run(agg._emit, False)
+        _count(task, 0, time.perf_counter() - started)
         state.update((_ipc(agg._state),))
         if out:
             yield pd.DataFrame({"blob": [_ipc(pa.Table.from_batches(out))]})
@@ -535,16 +575,18 @@ def _aggregate_state_fn(task: _Task) -> Callable:
 
 @dataclass(frozen=True)
 class ExecutorsBatch:
-    """What one micro-batch of the executors' Spark query did: result rows written, and
-    seconds of its ``foreachBatch`` (the executors' work plus the sink write). rows_in is
-    None: the rows are counted by Spark, in the query's progress
-    (:meth:`ExecutorsAttachment.rows_in`); a replay is recomputed, not ignored."""
+    """What one micro-batch of the executors' Spark query did: input rows the executors
+    took, result rows written, seconds of its ``foreachBatch`` (the executors' work, run
+    when the callback collects it, plus the sink write), and eddy_seconds, the seconds the
+    eddies ran summed over the tasks (Spark accumulators). A replay is recomputed, not
+    ignored (``replayed`` is always False)."""
 
     stream: str
     batch_id: int
+    rows_in: int
     rows_out: int
     seconds: float
-    rows_in: int | None = None
+    eddy_seconds: float = 0.0
     replayed: bool = False
 
 
@@ -553,16 +595,26 @@ class ExecutorsAttachment:
 
     ``plan``: its :class:`ExecutorPlan`; ``streaming_queries``: ``{name: StreamingQuery}``
     (one Spark query, named by the joined stream names); ``micro_batches``: an
-    :class:`ExecutorsBatch` per micro-batch (rows in: the Spark query's progress,
-    ``numInputRows``).
+    :class:`ExecutorsBatch` per micro-batch. ``rows`` and ``seconds`` are the Spark
+    accumulators the tasks add their input rows and eddy seconds to.
     """
 
     placement = "executors"
     durable = True  # Spark's state store and checkpoint hold the state
     stats = None  # the eddies' statistics stay in the executors
 
-    def __init__(self, plan: ExecutorPlan, sink: Sink | None, on_micro_batch: Callable | None):
+    def __init__(
+        self,
+        plan: ExecutorPlan,
+        sink: Sink | None,
+        on_micro_batch: Callable | None,
+        rows: Any = None,
+        seconds: Any = None,
+    ):
         self.plan = plan
+        self.rows = rows
+        self.seconds = seconds
+        self._counted = (0, 0.0)  # the accumulators at the previous callback
         self.sink = sink
         self.streaming_queries: dict[str, Any] = {}
         self.micro_batches: list[ExecutorsBatch] = []
@@ -570,7 +622,6 @@ class ExecutorsAttachment:
         self._collected: list[pa.Table] = []
         self._lock = threading.Lock()
         self._closed = False
-        self._rows_in: dict[int, int] = {}
 
     def callback(self, name: str) -> Callable[[Any, int], None]:
         """The ``foreachBatch`` function: the micro-batch's results to the sink."""
@@ -593,8 +644,20 @@ class ExecutorsAttachment:
                     self.sink.write(table, tag)
                 elif table.num_rows:
                     self._collected.append(table)
+                # The tasks of this micro-batch have finished: their counts are in.
+                counted = (
+                    0 if self.rows is None else int(self.rows.value),
+                    0.0 if self.seconds is None else float(self.seconds.value),
+                )
+                rows_in, eddy_seconds = (a - b for a, b in zip(counted, self._counted, strict=True))
+                self._counted = counted
                 record = ExecutorsBatch(
-                    name, int(batch_id), table.num_rows, time.perf_counter() - started
+                    name,
+                    int(batch_id),
+                    int(rows_in),
+                    table.num_rows,
+                    time.perf_counter() - started,
+                    float(eddy_seconds),
                 )
                 self.micro_batches.append(record)
             log.info(
@@ -608,14 +671,6 @@ class ExecutorsAttachment:
                 self._on_micro_batch(record)
 
         return write
-
-    def rows_in(self) -> int:
-        """Input rows of the micro-batches Spark has finished (its progress reports,
-        ``numInputRows``, by batch id)."""
-        for streaming in self.streaming_queries.values():
-            for progress in streaming.recentProgress:
-                self._rows_in[int(progress["batchId"])] = int(progress["numInputRows"])
-        return sum(self._rows_in.values())
 
     def await_termination(self, timeout: float | None = None) -> pa.Table:
         """Wait for the Spark query to end (e.g. ``availableNow``); the collected result
@@ -717,6 +772,7 @@ def make_task(
         None if plan.finalize is None else list(plan.output_columns),
         [(i.columns[0], i.hash_types[0]) if i.columns else ("", "") for i in part.inputs],
         [len(i.aliases) > 1 for i in part.inputs],
+        [tuple(i.columns) for i in part.inputs] if plan.kind == "join" else None,
     )
 
 
@@ -749,6 +805,8 @@ def attach_executors(
     out_schema = pa.schema([pa.field(f"_c{i}", f.type) for i, f in enumerate(plan.result_schema)])
     struct, expected = _spark_schema(spark, out_schema)
     task = make_task(plan, catalog, schemas, options, buckets, expected)
+    task.rows = spark.sparkContext.accumulator(0)
+    task.seconds = spark.sparkContext.accumulator(0.0)
     name = "-".join(i.table for i in part.inputs) if plan.kind == "join" else part.inputs[0].table
     blobs = "blob binary"
     if plan.kind == "map":
@@ -769,26 +827,18 @@ def attach_executors(
                 F.col(_quoted(c)).cast(t) if t else F.col(_quoted(c))
                 for c, t in zip(one.columns, one.hash_types, strict=True)
             ]
-            keep = None
-            for c in one.columns:  # a NULL key never joins
-                cond = F.col(_quoted(c)).isNotNull()
-                keep = cond if keep is None else keep & cond
-            piece = (
-                frames[one.table]
-                .where(keep)
-                .select(
-                    F.pmod(F.hash(*keys), F.lit(buckets)).alias(BUCKET),
-                    F.struct(*[F.col(_quoted(c)) for c in one.project]).alias(f"{INPUT}{i}"),
-                )
+            piece = frames[one.table].select(  # NULL keys: counted, then dropped by the pack
+                F.pmod(F.hash(*keys), F.lit(buckets)).alias(BUCKET),
+                F.struct(*[F.col(_quoted(c)) for c in one.project]).alias(f"{INPUT}{i}"),
             )
             shuffled = (
                 piece if shuffled is None else shuffled.unionByName(piece, allowMissingColumns=True)
             )
-        packed = shuffled.mapInArrow(_pack_fn(BUCKET), f"{BUCKET} int, {blobs}")
+        packed = shuffled.mapInArrow(_pack_fn(BUCKET, task), f"{BUCKET} int, {blobs}")
         out = packed.groupBy(BUCKET).applyInPandasWithState(
             _join_state_fn(task), blobs, blobs, "append", "NoTimeout"
         )
-    attachment = ExecutorsAttachment(plan, sink, on_micro_batch)
+    attachment = ExecutorsAttachment(plan, sink, on_micro_batch, task.rows, task.seconds)
     writer = (
         out.writeStream.foreachBatch(attachment.callback(name))
         .outputMode("append")

@@ -37,7 +37,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import dataclasses
 import importlib.util
 import math
 import shutil
@@ -276,8 +275,6 @@ class Watch:
     def on_micro_batch(self, record: Any) -> None:
         if record.replayed:
             return
-        if record.rows_in is None:  # placement="executors": Spark counts the input rows
-            record = dataclasses.replace(record, rows_in=-1)
         snap = Snapshot.take(self.attachment.stats if self.attachment else None)
         with self._lock:
             delta, self._last = snap.minus(self._last), snap
@@ -294,8 +291,6 @@ class Watch:
             )
 
     def rows_in(self) -> int:
-        if getattr(self.attachment, "placement", "driver") == "executors":
-            return self.attachment.rows_in()  # Spark's progress reports
         with self._lock:
             return sum(line.rows_in for line in self.lines)
 
@@ -321,14 +316,10 @@ def batch_line(line: BatchLine) -> str:
             paths[short(name)] += tuples
     routed = ", ".join(f"{name} {n:,}" for name, n in sorted(paths.items()))
     rate = line.rows_in / line.seconds if line.seconds > 0 else math.inf
-    rows = (
-        f"{line.rows_in:,} rows in, {line.rows_out:,} out, {line.seconds:.2f} s "
-        f"({rate:,.0f} rows/s)"
-        if line.rows_in >= 0  # -1: executors placement, Spark counts the input rows
-        else f"{line.rows_out:,} rows out, {line.seconds:.2f} s on the executors"
-    )
-    return f"batch {line.batch_id}: {rows}, {line.lookups} airports lookups" + (
-        f" [dim]· tuples to {escape(routed)}[/]" if routed else ""
+    rows = f"{line.rows_in:,} rows in, {line.rows_out:,} out, {line.seconds:.2f} s"
+    return (
+        f"batch {line.batch_id}: {rows} ({rate:,.0f} rows/s), {line.lookups} airports lookups"
+        + (f" [dim]· tuples to {escape(routed)}[/]" if routed else "")
     )
 
 
@@ -460,7 +451,7 @@ def save_plot(seen: Watch, path: Path) -> None:
     fig, (top, bottom) = plt.subplots(2, 1, figsize=(10, 6.5), sharex=True)
     ends = [line.ended_at for line in seen.lines]
     starts = [line.ended_at - line.seconds for line in seen.lines]
-    rates = [max(line.rows_in, 0) / line.seconds if line.seconds > 0 else 0 for line in seen.lines]
+    rates = [line.rows_in / line.seconds if line.seconds > 0 else 0 for line in seen.lines]
     widths = [max(line.seconds, 0.02) for line in seen.lines]
     top.bar(starts, rates, width=widths, align="edge", color="tab:blue", alpha=0.8)
     top.set_ylabel("rows/s through the eddy\n(per micro-batch)")

@@ -71,8 +71,10 @@ def _both(spark, tmp_path, sql, catalog_for, sources, **kwargs) -> dict[str, pa.
         )
         out[placement] = attachment.await_termination(180)
         assert len(attachment.micro_batches) >= 2
+        assert sum(m.rows_in for m in attachment.micro_batches) == EVENTS.num_rows
         if placement == "executors":
             assert attachment.plan.kind == "map"
+            assert all(m.eddy_seconds > 0 for m in attachment.micro_batches)
     return out
 
 
@@ -187,16 +189,19 @@ def test_a_stream_stream_join_on_executors_keeps_its_state_in_spark(spark, tmp_p
         )
         attachment.await_termination(180)
         assert len(attachment.micro_batches) >= 2
+        taken.append(sum(m.rows_in for m in attachment.micro_batches))
         if placement == "executors":
             assert attachment.plan.kind == "join"
 
     _files(tmp_path / "l", left.slice(0, 120), parts=3)
     _files(tmp_path / "r", right.slice(0, 60), parts=3)
+    taken: list[int] = []
     run("executors")
     _files(tmp_path / "l", left.slice(120), parts=3, first=3)
     _files(tmp_path / "r", right.slice(60), parts=3, first=3)
     run("executors")  # restarted from Spark's checkpoint and state store
     run("driver")
+    assert taken == [180, 180, 360]  # NULL keys included; none taken twice
     ours = pq.read_table(tmp_path / "out-executors")
     across = pc.and_(pc.less(ours["v"], 120), pc.greater_equal(ours["w"], 60))
     assert pc.any(across).as_py()  # an old left row met a new right row after the restart
@@ -242,6 +247,7 @@ def test_an_update_mode_aggregate_on_executors_equals_the_driver_placement(spark
         )
         attachment.await_termination(180)
         assert len(found) >= 3
+        assert sum(m.rows_in for m in attachment.micro_batches) == EVENTS.num_rows
         if placement == "executors":
             assert attachment.plan.kind == "aggregate"
     ours = _upserted(increments["executors"], "name")
