@@ -16,7 +16,9 @@ end, input rows per second, the median and largest seconds of one micro-batch's 
 (driver: push + commit + sink; executors: the executors' work for the micro-batch, run
 when its callback collects it, + sink). For executors, also Spark's own state-store
 figures of the last micro-batch (``stateOperators``: rows, memory, commit ms) — the
-checkpoint cost per commit of that placement. Results of both placements must be equal
+checkpoint cost per commit of that placement — and the eddies' throughput per task (input
+rows over the seconds the eddies ran, summed over tasks, from the placement's Spark
+accumulators): the per-partition throughput. Results of both placements must be equal
 as bags (the script checks). Run with ``--master local[1]`` too: rows/s per core is the
 per-partition throughput the scaling estimate in bench/README.md starts from.
 
@@ -115,10 +117,13 @@ def run(spark, root: Path, label: str, placement: str, args, planes: pa.Table, s
     latencies = [m.seconds for m in attachment.micro_batches]
     state = {}
     if placement == "executors":
+        eddy = sum(m.eddy_seconds for m in attachment.micro_batches)
+        taken = sum(m.rows_in for m in attachment.micro_batches)
+        state["per partition"] = taken / eddy if eddy > 0 else 0.0
         last = [p for q in attachment.streaming_queries.values() for p in q.recentProgress]
         ops = [op for p in last for op in p.get("stateOperators", [])]
         if ops:
-            state = {
+            state |= {
                 "state rows": ops[-1]["numRowsTotal"],
                 "state MB": ops[-1]["memoryUsedBytes"] / 1e6,
                 "commit ms (median)": statistics.median(op["commitTimeMs"] for op in ops),
@@ -202,6 +207,7 @@ def main() -> None:
                             if "state rows" in r
                             else ""
                         ),
+                        f"{r['per partition']:,.0f}" if "per partition" in r else "",
                     ]
                 )
             same = _bag(results["driver"]["result"]) == _bag(results["executors"]["result"])
@@ -221,6 +227,7 @@ def main() -> None:
             "rows/s",
             "s per micro-batch (median / max)",
             "Spark state (last batch; commit median)",
+            "eddy rows/s per task",
         ],
         rows,
     )
