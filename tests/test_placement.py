@@ -107,6 +107,7 @@ def test_windows_and_driver_checkpoints_are_refused():
 # ---------------------------------------------------------------------------------------
 # The executors' functions without Spark: the same calls Spark makes, against DuckDB.
 
+import datetime as dt  # noqa: E402
 import itertools  # noqa: E402
 from collections import defaultdict  # noqa: E402
 
@@ -308,3 +309,50 @@ def test_group_key_buckets_are_the_same_in_every_process_and_type_stable():
     a, b = _buckets_of(with_null, ["g"], 7), _buckets_of(without, ["g"], 7)
     assert list(a[[0, 1, 3]]) == list(b)
     assert np.all((a >= 0) & (a < 7))
+
+
+@pytest.mark.parametrize(("policy", "batch_size"), RUNS[:1] + RUNS[-2:])
+def test_a_hopping_window_aggregate_on_executors_equals_duckdb(policy, batch_size):
+    """GROUP BY window(ts, 10 min, 5 min) placed on executors: each row's windows are
+    exploded in the partitions' StreamingAggregates, the partial states hashed on the
+    window start; the upserted increments equal DuckDB's window-join aggregate."""
+    base = dt.datetime(2024, 1, 1)
+    schema = pa.schema([("ts", pa.timestamp("us")), ("v", pa.int64())])
+    minutes = [(m * 7) % 53 for m in range(60)] + [None, None]
+    rows = pa.table(
+        {
+            "ts": pa.array(
+                [None if m is None else base + dt.timedelta(minutes=m) for m in minutes],
+                pa.timestamp("us"),
+            ),
+            "v": pa.array([i % 5 for i in range(len(minutes))], pa.int64()),
+        }
+    )
+    sql = (
+        "SELECT window(s.ts, INTERVAL '10 minutes', INTERVAL '5 minutes') AS w, "
+        "count(*) AS n, sum(s.v) AS sv FROM s GROUP BY w"
+    )
+    options = RunOptions.from_kwargs(
+        None, policy=policy, batch_size=batch_size, seed=1, output_mode="update"
+    )
+    plan = analyze_placement(sql, Catalog(), {"s": schema}, options)
+    assert plan.kind == "aggregate"
+    task = make_task(plan, Catalog(), {"s": schema}, options, 3)
+    states: dict = defaultdict(FakeState)
+    latest: dict = {}
+    for start in range(0, rows.num_rows, 17):
+        piece = rows.slice(start, 17)
+        packed = [b for part in _pieces(piece, 2) for b in _partials_fn(task)(iter(part))]
+        for table in _call_states(_aggregate_state_fn(task), packed, states):
+            latest |= {row["w"]: row for row in table.to_pylist()}
+    starts = pa.table(
+        {"start": [base + dt.timedelta(minutes=m) for m in range(-10, 60, 5)]},
+        schema=pa.schema([("start", pa.timestamp("us"))]),
+    )
+    theirs = (
+        "SELECT w.start AS w, count(*) AS n, sum(s.v) AS sv FROM s JOIN w ON "
+        "s.ts >= w.start AND s.ts < w.start + INTERVAL '10 minutes' GROUP BY w.start"
+    )
+    ours = pa.Table.from_pylist(list(latest.values()), plan.result_schema)
+    expected = duckdb_table(theirs, {"s": rows, "w": starts})
+    assert_bags_equal(table_rows(ours), table_rows(expected), sql)
