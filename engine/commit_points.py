@@ -88,6 +88,9 @@ class CommitPoints:
         # its value rides on the marker (Commit.state); ``restore`` is called once, at the
         # quiescent moment after the static tables are read and before the streams start.
         self.on_snapshot: Callable[[], object] | None = None
+        # Called with (store, kept old row ids) after a SteM evicted and renumbered: the
+        # debug output module's record of produced row ids follows the renumbering.
+        self.on_evict: Callable[[object, object], None] | None = None
         self.restore: Callable[[], None] | None = None
         # Set once every static table's scans have finished: the streams' scan AMs wait
         # for it, so static tables are older than every stream tuple (windows rely on it).
@@ -111,7 +114,9 @@ class CommitPoints:
             return
         if self.windowed and self.eddy.idle():
             for stem in self.windowed:
-                stem.evict()
+                kept = stem.evict()
+                if kept is not None and self.on_evict is not None:
+                    self.on_evict(stem.store, kept)
             self._evicted.set()
         self._wake.set()
 

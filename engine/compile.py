@@ -13,6 +13,7 @@ import decimal
 from collections.abc import Callable, Collection, Mapping
 from typing import Any, Protocol
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 from sqlglot import exp
@@ -1045,6 +1046,84 @@ class TimeBucket:
         return pa.array(starts, pa.int64(), mask=~valid).cast(out_type)
 
 
+class HopWindow:
+    """Spark's ``window(ts, size[, slide])``: the start of every event-time window that
+    holds ts, as a LIST of TIMESTAMPs (of ts's type) per row. Windows are
+    ``[start, start + size)`` with starts at multiples of ``slide_us`` since 1970-01-01
+    (UTC for TIMESTAMPTZ), as in Spark; without a slide they tumble (slide = size). A NULL
+    ts is in no window (Spark drops such rows). Only a GROUP BY key may be one: the
+    aggregation explodes the list, so a row counts once in each of its windows (the
+    planner refuses it elsewhere); streaming aggregates read ``size_us`` to know when a
+    window is final (its end behind the watermark)."""
+
+    def __init__(self, size_us: int, slide_us: int) -> None:
+        self.size_us = size_us
+        self.slide_us = slide_us
+        self.width_us = size_us  # a window ends size after its start, as a time_bucket
+
+    def __call__(self, v: Any) -> Any:
+        v = _plain(v)
+        if v.type == pa.null():
+            v = cast_to(v, pa.timestamp("us"))
+        if not pa.types.is_timestamp(v.type):
+            raise pa.ArrowInvalid(f"window needs a TIMESTAMP, got {v.type}")
+        out_type = pa.timestamp("us", tz=v.type.tz)
+        if isinstance(v, pa.Scalar):
+            return self(pa.array([v.as_py()], v.type))[0]
+        us = floor_us(v)
+        valid = pc.is_valid(us).to_numpy(zero_copy_only=False)
+        ts = pc.fill_null(us, 0).to_numpy(zero_copy_only=False)
+        per_row = -(-self.size_us // self.slide_us)  # windows that can hold one ts
+        last = ts // self.slide_us * self.slide_us
+        back = np.arange(per_row - 1, -1, -1, dtype=np.int64) * self.slide_us
+        starts = last[:, None] - back[None, :]  # ascending per row
+        holds = (starts + self.size_us > ts[:, None]) & valid[:, None]
+        offsets = np.zeros(len(ts) + 1, dtype=np.int32)
+        np.cumsum(holds.sum(axis=1), out=offsets[1:])
+        values = pa.array(starts[holds], pa.int64()).cast(out_type)
+        return pa.ListArray.from_arrays(pa.array(offsets, pa.int32()), values)
+
+
+def _hop_window(node: exp.Anonymous) -> HopWindow:
+    """The kernel of ``window(ts, size[, slide])``; size and slide are INTERVAL or string
+    literals of fixed spans (``INTERVAL '10 minutes'``, ``'5 minutes'``)."""
+    args = node.expressions
+    if not 2 <= len(args) <= 3:
+        raise UnsupportedQueryError(
+            f"{describe(node)}: window takes an event-time column, a window size and an "
+            "optional slide, e.g. window(ts, INTERVAL '10 minutes', INTERVAL '5 minutes') "
+            "(no start-time offset)"
+        )
+    spans = []
+    for arg in args[1:]:
+        if isinstance(arg, exp.Interval) and isinstance(arg.this, exp.Literal):
+            unit = arg.args.get("unit")
+            text = f"{arg.this.this} {unit.name if unit is not None else ''}".strip()
+        elif isinstance(arg, exp.Literal) and arg.is_string:
+            text = arg.this
+        else:
+            raise UnsupportedQueryError(
+                f"{describe(node)}: a window's size and slide must be INTERVAL or string "
+                "literals, e.g. INTERVAL '10 minutes'"
+            )
+        try:
+            spans.append(parse_span(text))
+        except EddiesError as exc:
+            raise UnsupportedQueryError(f"{describe(node)}: {exc}") from None
+    size, slide = spans[0], spans[-1]
+    if slide > size:
+        raise UnsupportedQueryError(
+            f"{describe(node)}: the slide ({slide} µs) is longer than the window ({size} µs): "
+            "rows between windows would be in none"
+        )
+    return HopWindow(size, slide)
+
+
+def is_hop_window(node: exp.Expression) -> bool:
+    """Whether ``node`` is a ``window(...)`` call (see :class:`HopWindow`)."""
+    return isinstance(node, exp.Anonymous) and str(node.this).lower() == "window"
+
+
 def _time_bucket(node: exp.DateBin) -> TimeBucket:
     """The kernel of ``time_bucket(INTERVAL '...', ts)``; the width must be a fixed span."""
     width = node.this
@@ -1311,6 +1390,8 @@ def _compile_function(
         return fn, [sub(text)]
     if isinstance(node, exp.DateBin):
         return _time_bucket(node), ops("expression")
+    if is_hop_window(node):
+        return _hop_window(node), [sub(node.expressions[0])]
     if isinstance(node, exp.NullSafeEQ | exp.NullSafeNEQ):
         return _distinct_from(isinstance(node, exp.NullSafeEQ)), ops("this", "expression")
     return None

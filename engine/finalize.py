@@ -17,7 +17,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from eddies.engine.planner import FinalizeSpec
-from eddies.router.expressions import evaluate_async, mask_of
+from eddies.router.expressions import Call, evaluate_async, mask_of
 
 
 class Finalizer:
@@ -62,7 +62,7 @@ class Finalizer:
             names = [f"__g{i}" for i in range(len(spec.group))]
             names += [f"__a{j}" for j in range(len(spec.aggregates))]
             names += [f"__x{i}" for i in range(len(extras))]
-            pre = await self._project(exprs, env, n, names)
+            pre = explode_windows(await self._project(exprs, env, n, names), spec.group)
             columns = [_group_value(c) for c in pre.columns[: len(spec.group)]]
             columns += [
                 _aggregate_input(c, function)
@@ -134,9 +134,11 @@ class Finalizer:
             pre = pa.Table.from_batches(self._collected)
         else:  # no input rows: still one row for a global aggregate (COUNT(*) = 0)
             pre = self._empty_pre_aggregate()
-        if n_groups and not self._collected:  # no rows, no groups
-            agg = pa.table({name: pa.array([], pa.null()) for name in pre.column_names})
-        elif n_groups:
+        if n_groups and not self._collected:  # no rows, no groups: no expression to type
+            width = len(spec.select) + len(spec.order)
+            types = [f.type for f in self.schema] + [pa.null()] * len(spec.order)
+            return pa.table({f"c{i}": pa.array([], types[i]) for i in range(width)})
+        if n_groups:
             nan_max = [
                 j
                 for j, a in enumerate(spec.aggregates)
@@ -274,6 +276,23 @@ def _scalar_aggregate(values: Any, function: str, options: Any = None, post: Any
     if pa.types.is_floating(values.type) and pc.any(pc.is_nan(values)).as_py():
         return pa.scalar(float("nan"), values.type)  # DuckDB: NaN is the greatest value
     return pc.max(values)
+
+
+def explode_windows(pre: pa.RecordBatch, group: list[Any]) -> pa.RecordBatch:
+    """``pre`` (group keys first) with a row per window of each row when a key is
+    ``window(...)`` (:class:`~eddies.engine.compile.HopWindow`: a list of window starts per
+    row): the list flattened, the other columns repeated (a row with no window is gone)."""
+    from eddies.engine.compile import HopWindow
+
+    hops = [i for i, g in enumerate(group) if isinstance(g, Call) and isinstance(g.fn, HopWindow)]
+    if not hops:
+        return pre
+    lists = pre.column(hops[0])
+    parents = pc.list_parent_indices(lists)
+    columns = [
+        pc.list_flatten(c) if i in hops else c.take(parents) for i, c in enumerate(pre.columns)
+    ]
+    return pa.RecordBatch.from_arrays(columns, names=pre.schema.names)
 
 
 def _group_value(values: pa.Array) -> pa.Array:

@@ -20,11 +20,13 @@ Streaming's output modes), :class:`StreamingAggregate` takes its place above the
   streams that have seen a row (Spark's default ``min`` policy), never decreasing, and it
   advances only at commit points (the value seen at the quiescent moment of the grant,
   :attr:`~eddies.engine.commit_points.Commit.at_grant`);
-- a group key that is a watermarked event-time column, or ``time_bucket(INTERVAL w,
-  column)`` of one, makes a group **final** once its end (the value; the bucket start +
-  w) is at or before the watermark. ``append`` emits final groups and evicts them;
-  ``update`` evicts them after emitting; so the state holds only the groups still open,
-  and memory stays bounded. A NULL key never becomes final before the end of input;
+- a group key that is a watermarked event-time column, ``time_bucket(INTERVAL w,
+  column)`` or Spark's ``window(column, size[, slide])`` of one (a hopping window: a row
+  counts in each window that holds it), makes a group **final** once its end (the value;
+  the bucket start + w; the window start + size) is at or before the watermark.
+  ``append`` emits final groups and evicts them; ``update`` evicts them after emitting;
+  so the state holds only the groups still open, and memory stays bounded. A NULL key
+  never becomes final before the end of input;
 - a row whose group is already final is **late** (Spark's rule in its stateful
   aggregation: the event-time *key* at or before the watermark of the previous commit,
   so a row behind the watermark whose window is still open counts): in ``update`` and
@@ -51,9 +53,16 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from eddies.engine.compile import TimeBucket, floor_us
+from eddies.engine.compile import HopWindow, TimeBucket, floor_us
 from eddies.engine.errors import EddiesError, UnsupportedQueryError
-from eddies.engine.finalize import Finalizer, _aggregate_input, _distinct, _group_value, _sort
+from eddies.engine.finalize import (
+    Finalizer,
+    _aggregate_input,
+    _distinct,
+    _group_value,
+    _sort,
+    explode_windows,
+)
 from eddies.engine.options import RunOptions
 from eddies.engine.planner import FinalizeSpec, Plan
 from eddies.router.expressions import Call, ColumnRef, evaluate_async, mask_of
@@ -188,7 +197,7 @@ def plan_streaming(plan: Plan, options: RunOptions) -> StreamingPlan | None:
             event_keys[i] = 0
         elif (
             isinstance(g, Call)
-            and isinstance(g.fn, TimeBucket)
+            and isinstance(g.fn, TimeBucket | HopWindow)
             and isinstance(g.args[0], ColumnRef)
             and g.args[0].key in keys
         ):
@@ -290,7 +299,8 @@ class StreamingAggregate(Finalizer):
         exprs = spec.group + [a.arg for a in spec.aggregates]
         names = [f"__g{i}" for i in range(len(spec.group))]
         names += [f"__a{j}" for j in range(len(spec.aggregates))]
-        pre = await self._project(exprs, env, n, names)
+        pre = explode_windows(await self._project(exprs, env, n, names), spec.group)
+        n = pre.num_rows
         columns = [_group_value(c) for c in pre.columns[: len(spec.group)]]
         columns += [
             _aggregate_input(c, a.function)

@@ -35,7 +35,7 @@ from sqlglot import exp
 
 from eddies.engine import join_steps
 from eddies.engine.catalog import Catalog, CatalogTable
-from eddies.engine.compile import compile_expr
+from eddies.engine.compile import compile_expr, is_hop_window
 from eddies.engine.errors import (
     DataSourceError,
     QueryTypeError,
@@ -928,7 +928,11 @@ def _plan_finalize(
     spec = FinalizeSpec(
         names=names, select=[], distinct=block.distinct, limit=block.limit, offset=block.offset
     )
+    for node in block.conjuncts + block.subqueries + [c for j in block.joins for c in j.on]:
+        _refuse_windows(node, "in WHERE or ON (window() is a GROUP BY key)")
     if not is_aggregate:
+        for _, node in items:
+            _refuse_windows(node, "without GROUP BY (window() is a GROUP BY key)")
         spec.select = [compile_expr(n, scope) for _, n in items]
         out_types = [check_types(e, types, n) for e, (_, n) in zip(spec.select, items, strict=True)]
         spec.order = [(compile_expr(n, scope), d, nf) for n, d, nf in order_nodes]
@@ -945,10 +949,30 @@ def _plan_finalize(
             if position is not None
             else _qualify(_resolve_alias(node, items, scope, prefer_alias=False), scope)
         )
+    hops = [g for g in groups if is_hop_window(g)]
+    if len(hops) > 1:
+        raise UnsupportedQueryError(
+            f"GROUP BY has {len(hops)} window() keys; one is supported (each row is counted "
+            "once in each of its windows)"
+        )
+    for g in groups:
+        _refuse_windows(g, "inside a GROUP BY expression (window() must be a whole key)", g)
     spec.group = [compile_expr(g, scope) for g in groups]
     post_types: dict[str, pa.DataType] = {}
     for i, (g, node) in enumerate(zip(spec.group, groups, strict=True)):
         post_types[f"__g{i}"] = check_types(g, types, node)
+        if is_hop_window(node):  # a list of window starts per row, exploded: one start
+            post_types[f"__g{i}"] = post_types[f"__g{i}"].value_type
+    above = [n for _, n in items] + [n for n, _, _ in order_nodes]
+    for node in above + ([block.having] if block.having is not None else []):
+        for call in node.find_all(exp.Anonymous):
+            if is_hop_window(call) and (
+                not any(call == g for g in hops) or call.find_ancestor(exp.AggFunc)
+            ):
+                raise UnsupportedQueryError(
+                    f"{describe(call)}: window() is allowed only as a GROUP BY key (and the "
+                    "same expression in the select list, HAVING or ORDER BY)"
+                )
 
     aggregate_sql: dict[str, int] = {}
 
@@ -983,6 +1007,16 @@ def _plan_finalize(
         check_types(e, post_types, "ORDER BY")
     spec.schema = pa.schema([pa.field(n, t) for n, t in zip(names, out_types, strict=True)])
     return spec
+
+
+def _refuse_windows(
+    node: exp.Expression, where: str, allowed: exp.Expression | None = None
+) -> None:
+    """UnsupportedQueryError for a ``window(...)`` call in ``node`` (other than
+    ``allowed`` itself)."""
+    for call in node.find_all(exp.Anonymous):
+        if is_hop_window(call) and call is not allowed:
+            raise UnsupportedQueryError(f"{describe(call)}: window() {where}")
 
 
 def _is_aggregate(node: exp.Expression) -> bool:

@@ -165,6 +165,8 @@ def lower(
             {t: stem for t, stem in stems.items() if t in streams},
             {t: stem for t, stem in stems.items() if t not in streams and graph.has_index(t)},
         )
+        if options.debug:
+            commits.on_evict = modules["output"].renumber  # type: ignore[attr-defined]
     # Dynamic scan filters: a complete SteM's keys skip another table's row groups.
     pushes = scan_filter_pushes(plan, filters)
     dynamic = {push.scan_table: DynamicFilter() for push in pushes.values()}

@@ -37,7 +37,7 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 import structlog
@@ -50,7 +50,13 @@ from eddies.engine.streaming import BackgroundQuery
 from eddies.modules.window import Window
 from eddies.sources.stream import StreamTable
 
+if TYPE_CHECKING:
+    from eddies.engine.spark_executors import ExecutorsAttachment
+
 log = structlog.get_logger("eddies.spark")
+
+#: Where ``attach`` runs the eddy: on the driver, or inside Spark executors.
+PLACEMENTS = ("driver", "executors")
 
 #: The folder under ``checkpoint_location`` where the eddy's state is checkpointed.
 STATE_FOLDER = "_eddies_state"
@@ -204,9 +210,10 @@ def attach(
     query_name: str | None = None,
     on_micro_batch: Callable[[MicroBatch], Any] | None = None,
     durable_state: bool | None = None,
+    placement: str = "driver",
     options: RunOptions | None = None,
     **kwargs: Any,
-) -> SparkAttachment:
+) -> SparkAttachment | ExecutorsAttachment:
     """Run ``sql`` as one continuous eddy query fed by Spark streaming DataFrames.
 
     streams: table name -> streaming DataFrame; each becomes a stream table of
@@ -225,8 +232,13 @@ def attach(
     checkpoints the eddy's state in ``<checkpoint_location>/_eddies_state`` (see
     :mod:`eddies.engine.durable`) and refuses a query whose state cannot be; None (the
     default) checkpoints it when it can, and otherwise logs a warning and keeps the state
-    in memory (``attachment.durable`` says which); False never checkpoints. options (or
-    keywords: policy, batch_size, ...): the :class:`~eddies.engine.options.RunOptions`.
+    in memory (``attachment.durable`` says which); False never checkpoints. placement:
+    ``"driver"`` (one eddy on the driver, fed by ``foreachBatch``) or ``"executors"``
+    (eddies inside Spark executors, state in Spark's state store; returns an
+    :class:`~eddies.engine.spark_executors.ExecutorsAttachment`; see
+    :mod:`eddies.engine.spark_executors` for which queries it places and what it refuses).
+    options (or keywords: policy, batch_size, ...): the
+    :class:`~eddies.engine.options.RunOptions`.
 
     Raises DataSourceError for a name that is a static table, EddiesError for a bad query
     or option, UnsupportedQueryError for an output mode that does not fit the query (all
@@ -239,6 +251,31 @@ def attach(
     options = RunOptions.from_kwargs(options, **kwargs)
     if not streams:
         raise EddiesError("attach() needs at least one streaming DataFrame")
+    if placement not in PLACEMENTS:
+        raise EddiesError(f"placement must be one of {PLACEMENTS}, got {placement!r}")
+    if placement == "executors":
+        from eddies.engine.spark_executors import attach_executors
+
+        for name, frame in streams.items():
+            if not getattr(frame, "isStreaming", False):
+                raise DataSourceError(f"stream {name!r}: not a streaming DataFrame (readStream)")
+        if durable_state is False:
+            raise EddiesError(
+                "placement='executors' keeps its state in Spark's state store, always "
+                "checkpointed under checkpoint_location; durable_state=False does not apply"
+            )
+        return attach_executors(
+            sql,
+            catalog,
+            streams,
+            checkpoint_location=checkpoint_location,
+            trigger=trigger,
+            sink=sink,
+            windows=windows,
+            query_name=query_name,
+            on_micro_batch=on_micro_batch,
+            options=options,
+        )
     windows = dict(windows or {})
     unknown = set(windows) - set(streams)
     if unknown:

@@ -20,6 +20,7 @@ each raising an EddiesError that names the construct and its line and column:
 from __future__ import annotations
 
 import difflib
+import itertools
 import re
 from bisect import bisect_left
 from collections import OrderedDict
@@ -270,6 +271,16 @@ def _check_tokens(sql: str, tokens: list[Token]) -> None:
                 )
 
 
+def _window_calls(tokens: list[Token]) -> None:
+    """Spark's ``window(ts, size[, slide])`` (hopping and tumbling event-time windows):
+    WINDOW is a keyword to sqlglot (``WINDOW w AS (...)``), which then fails on the call;
+    a WINDOW token directly followed by ``(`` is read as a function name instead (a named
+    window always has its name between). compile.py gives the call its meaning."""
+    for token, nxt in itertools.pairwise(tokens):
+        if token.token_type == TokenType.WINDOW and nxt.token_type == TokenType.L_PAREN:
+            token.token_type = TokenType.VAR
+
+
 def _parse(sql: str, tokens: list[Token]) -> list[exp.Expression | None]:
     parser = _DIALECT.parser(error_level=ErrorLevel.IMMEDIATE)
     try:
@@ -350,6 +361,7 @@ def _parse_checked(sql: str, functions: Collection[str]) -> tuple[exp.Expression
         raise SqlSyntaxError(f"SQL syntax error {_at(sql, nul)}: a NUL character in the query")
     tokens = _tokenize(sql)
     _check_tokens(sql, tokens)
+    _window_calls(tokens)
     statements = [s for s in _parse(sql, tokens) if s is not None]
     if not statements:
         raise SqlSyntaxError("SQL syntax error at line 1, column 1: the statement is empty")

@@ -144,7 +144,9 @@ ALLOWED: dict[type[exp.Expression], frozenset[str]] = {
     exp.Interval: frozenset({"this", "unit"}),
     exp.Greatest: frozenset({"this", "expressions", "ignore_nulls"}),
     exp.Least: frozenset({"this", "expressions", "ignore_nulls"}),
-    exp.Anonymous: frozenset({"this", "expressions"}),  # registered Python functions
+    # registered Python functions, and window(ts, size[, slide]) (sql.py reads the WINDOW
+    # token before "(" as a name; compile.py/planner.py allow it as a GROUP BY key only)
+    exp.Anonymous: frozenset({"this", "expressions"}),
     # aggregates (planner.py): one argument each; COUNT(*) and COUNT(DISTINCT x)
     exp.Count: frozenset({"this", "big_int"}),
     exp.Sum: _UNARY,

@@ -316,9 +316,9 @@ def batch_line(line: BatchLine) -> str:
             paths[short(name)] += tuples
     routed = ", ".join(f"{name} {n:,}" for name, n in sorted(paths.items()))
     rate = line.rows_in / line.seconds if line.seconds > 0 else math.inf
+    rows = f"{line.rows_in:,} rows in, {line.rows_out:,} out, {line.seconds:.2f} s"
     return (
-        f"batch {line.batch_id}: {line.rows_in:,} rows in, {line.rows_out:,} out, "
-        f"{line.seconds:.2f} s ({rate:,.0f} rows/s), {line.lookups} airports lookups"
+        f"batch {line.batch_id}: {rows} ({rate:,.0f} rows/s), {line.lookups} airports lookups"
         + (f" [dim]· tuples to {escape(routed)}[/]" if routed else "")
     )
 
@@ -404,7 +404,7 @@ def check_with_duckdb(inputs: Path, result: pa.Table) -> bool | None:
 
 
 def print_summary(seen: Watch, stats: Any, seconds: float, server: AirportsServer | None) -> None:
-    rows_in = sum(line.rows_in for line in seen.lines)
+    rows_in = seen.rows_in()
     rows_out = sum(line.rows_out for line in seen.lines)
     console.print(
         f"[bold]{len(seen.lines)} micro-batches[/], {rows_in:,} rows in, {rows_out:,} rows out "
@@ -510,6 +510,13 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         type=float,
         metavar="SECONDS",
         help="--trigger continuous: stop after this long even if rows are still coming",
+    )
+    parser.add_argument(
+        "--placement",
+        choices=("driver", "executors"),
+        default="driver",
+        help="driver: one eddy on the driver, fed by foreachBatch (default); executors: "
+        "one eddy per partition of each micro-batch inside Spark's executors",
     )
     parser.add_argument("--files", type=int, default=20, help="Parquet files to write (20)")
     parser.add_argument("--rows-per-file", type=int, default=5000, help="flights per file (5,000)")
@@ -626,7 +633,10 @@ def run(args: argparse.Namespace, work: Path, session: Any = None) -> int:
             sink=ParquetSink(str(output)),
             on_micro_batch=seen.on_micro_batch,
             seed=args.seed,
+            placement=args.placement,
         )
+        if args.placement == "executors":
+            console.print(f"placement: executors ({attachment.plan.reason})")
         seen.attachment = attachment
         outcome: dict[str, Any] = {}
 

@@ -41,6 +41,7 @@ class OutputModule(Module):
         self.results = results
         self.debug = debug
         self._seen: list[np.ndarray] = []
+        self._aliases: list[int] = []  # the aliases of _seen's columns, in order
 
     def to_record_batch(self, batch: TupleBatch) -> pa.RecordBatch:
         if not self.columns:  # e.g. count(*): only the number of rows matters
@@ -53,9 +54,30 @@ class OutputModule(Module):
     async def process(self, work: Work) -> list[TupleBatch]:
         batch = work.batch
         if self.debug:
-            self._seen.append(np.column_stack([batch.rows[a] for a in sorted(batch.rows)]))
+            self._aliases = sorted(batch.rows)
+            self._seen.append(np.column_stack([batch.rows[a] for a in self._aliases]))
         await self.results.send(self.to_record_batch(batch))
         return []
+
+    def renumber(self, store: TableStore, kept: np.ndarray) -> None:
+        """A windowed SteM compacted ``store`` to the old row ids ``kept`` (row ``i`` is now
+        ``kept[i]``'s): rewrite the recorded results' ids of the aliases reading it, so
+        the duplicate check compares like with like. Evicted ids become ``-(id + 1)``:
+        unique, and never equal to a live id (an expired tuple joins nothing again)."""
+        columns = [i for i, a in enumerate(self._aliases) if self.stores.get(a) is store]
+        if not columns or not self._seen:
+            return
+        seen = np.concatenate(self._seen)
+        order = np.argsort(kept, kind="stable")
+        ordered = kept[order]
+        for i in columns:
+            ids = seen[:, i]
+            live = ids >= 0  # ids already evicted stay as they are
+            old = ids[live]
+            at = np.minimum(np.searchsorted(ordered, old), max(len(ordered) - 1, 0))
+            found = (ordered[at] == old) if len(ordered) else np.zeros(len(old), dtype=bool)
+            ids[live] = np.where(found, order[at] if len(ordered) else 0, -(old + 1))
+        self._seen = [seen]
 
     async def close(self) -> None:
         await self.results.aclose()

@@ -686,14 +686,16 @@ class SteM(Module):
         n_live = len(self._rows) - clock.expired_rows
         return len(self.store) - n_live >= max(EVICT_MIN_ROWS, n_live)
 
-    def evict(self) -> None:
+    def evict(self) -> np.ndarray | None:
         """Drop expired tuples for good: from this SteM, its indexes and the row store.
 
         Call only at a quiescent point (no row id of this table in flight). Amortized: it
         runs once the dead rows (expired, or never built) are as many as the live ones.
+        Returns the old row ids kept, in order (row id ``i`` is now ``kept[i]``'s), or
+        None when nothing was evicted.
         """
         if not self.evict_due():
-            return
+            return None
         clock = self.stream_clock
         assert clock is not None
         rows = self._rows.view()
@@ -714,6 +716,7 @@ class SteM(Module):
         self._done.extend(done)
         self.indexes = {c: ColumnIndex(c, k) for c, k in self.index_kinds.items()}
         clock.stored(len(self.store))
+        return kept
 
     def _catch_up(self, index: ColumnIndex) -> ColumnIndex:
         """Index the tuples built since this index was last probed.

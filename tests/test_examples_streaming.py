@@ -2,7 +2,9 @@
 
 Four files of 500 flights, two a micro-batch, airports looked up over HTTP from the
 in-process demo server (5 ms a request); the example's own DuckDB check must pass, in
-both trigger modes. Select with ``-m spark``.
+both trigger modes, and with the eddies inside Spark's executors (``--placement
+executors``: the airports web source looked up from the Python workers). Select with
+``-m spark``.
 """
 
 from __future__ import annotations
@@ -36,10 +38,14 @@ def example():
     sys.modules.pop(spec.name, None)
 
 
-@pytest.mark.parametrize("trigger", ["availableNow", "continuous"])
-def test_streaming_example_equals_duckdb(example, spark, tmp_path, capsys, trigger):
+@pytest.mark.parametrize(
+    ("trigger", "placement"),
+    [("availableNow", "driver"), ("continuous", "driver"), ("availableNow", "executors")],
+)
+def test_streaming_example_equals_duckdb(example, spark, tmp_path, capsys, trigger, placement):
     args = example.parse_args(
         [
+            f"--placement={placement}",
             "--files=4",
             "--rows-per-file=500",
             "--rate=0",

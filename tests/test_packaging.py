@@ -61,3 +61,49 @@ def test_compose_publishes_ports_on_localhost_only():
     ]
     assert len(ports) == 4, ports  # 8080, 7077, 8081, 8765
     assert all(port.startswith("127.0.0.1:") for port in ports), ports
+
+
+def test_the_image_pins_the_versions_the_tests_run():
+    """Where pyproject's ``dev`` extra (the test venv) pins a package exactly, the image
+    pins the same version (pyspark above all: the cluster's Spark is the tests' Spark)."""
+    extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    dev = {}
+    for text in extras["optional-dependencies"]["dev"]:
+        req = Requirement(text)
+        exact = [s.version for s in req.specifier if s.operator == "=="]
+        if exact:
+            dev[_name(text)] = exact[0]
+    pins = _pins()
+    shared = {name: version for name, version in dev.items() if name in pins}
+    assert {"pyspark", "duckdb", "pyarrow", "sqlglot"} <= set(shared)
+    assert {name: pins[name] for name in shared} == shared
+
+
+def test_compose_runs_the_streaming_example_in_both_placements():
+    """The compose file parses; each driver's command is a valid examples/streaming.py
+    command line, one per placement, against the cluster's master."""
+    import importlib.util
+    import sys
+
+    import pytest
+
+    yaml = pytest.importorskip("yaml", reason="PyYAML parses the compose file")
+    services = yaml.safe_load((ROOT / "docker-compose.yml").read_text())["services"]
+    spec = importlib.util.spec_from_file_location(
+        "compose_example", ROOT / "examples" / "streaming.py"
+    )
+    example = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = example
+    try:
+        spec.loader.exec_module(example)
+        placements = {}
+        for name in ("driver", "driver-executors"):
+            command = services[name]["command"]
+            assert command[:2] == ["python", "examples/streaming.py"]
+            args = example.parse_args(command[2:])
+            assert args.master == "spark://spark-master:7077"
+            placements[args.placement] = args.work
+    finally:
+        sys.modules.pop(spec.name, None)
+    assert set(placements) == {"driver", "executors"}
+    assert len(set(placements.values())) == 2  # each its own input/output/checkpoints

@@ -400,3 +400,40 @@ def test_nanosecond_event_times_compare_exactly():
     # 1 meets 0 (the watermark 1 is not past 0 + 1); 3 expires 0 and 1 on arrival;
     # 4 meets 3 (4 is not past 3 + 1). Every row meets itself.
     assert pairs == [(0, 0), (0, 1), (1, 0), (1, 1), (3, 3), (3, 4), (4, 3), (4, 4)]
+
+
+def test_debug_checks_duplicates_across_evictions(monkeypatch):
+    """debug=True checks that no result is produced twice by the row ids it saw; a
+    windowed SteM's eviction renumbers the row ids, and the check follows (it used to
+    report a false duplicate-avoidance violation). A stream-stream join with row windows
+    on both sides, evicting many times, passes the check, with the same result as the
+    run without it; with the renumbering switched off, the check is fooled."""
+    from eddies.modules.output import OutputModule
+    from eddies.router.constraints import ConstraintViolation
+
+    schema = pa.schema([("k", pa.int64()), ("v", pa.int64())])
+
+    def run(debug: bool) -> tuple[int, int]:
+        cat = Catalog()
+        left = cat.add_stream("l", schema, window=RowWindow(300))
+        right = cat.add_stream("r", schema, window=RowWindow(200))
+        query = BackgroundQuery(
+            "SELECT l.v, r.v FROM l JOIN r ON l.k = r.k", cat, debug=debug, batch_size=64
+        )
+        for i in range(40):
+            keys = (np.arange(500) * 7 + i) % 13
+            left.push(pa.table({"k": keys, "v": np.arange(500) + 500 * i}), i)
+            query.commit(("l", i))
+            right.push(pa.table({"k": keys[::2], "v": np.arange(250) + 250 * i}), i)
+            query.commit(("r", i))
+        left.close()
+        right.close()
+        rows = query.result(60).num_rows
+        return rows, query.stats.windows["l"].evicted_rows
+
+    rows, evicted = run(debug=True)
+    assert evicted > 10_000
+    assert (rows, evicted) == run(debug=False)
+    monkeypatch.setattr(OutputModule, "renumber", lambda self, store, kept: None)
+    with pytest.raises(ConstraintViolation, match="duplicate avoidance"):
+        run(debug=True)
