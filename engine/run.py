@@ -137,7 +137,13 @@ def lower(
         if d.kind is DestinationKind.JOIN:  # STAIRs (eddies.engine.join_state)
             joins[d.id] = StairJoin(d.name, graph.predicates[d.predicate], stores, names)
             modules[d.module] = joins[d.id]
-    migrator = StairMigrator(joins, graph, stats) if plan.join_state == "stairs" else None
+    migrator = (
+        StairMigrator(
+            joins, graph, stats, totals={a: st.preloaded_rows for a, st in stores.items()}
+        )
+        if plan.join_state == "stairs"
+        else None
+    )
     for p in graph.predicates:
         if not p.step:
             modules[p.name] = SelectionModule(p, stores, ledger)

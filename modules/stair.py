@@ -69,6 +69,22 @@ class _Group:
     def __len__(self) -> int:
         return len(self.keys)
 
+    def batch(self) -> TupleBatch:
+        """The group's tuples (row id views; timestamps 0: STAIRs need none)."""
+        return TupleBatch(
+            self.signature,
+            {a: ids.view() for a, ids in self.rows.items()},
+            np.zeros(len(self), dtype=np.int64),
+        )
+
+
+def _among(values: np.ndarray, sorted_ids: np.ndarray) -> np.ndarray:
+    """Mask of ``values`` found in ``sorted_ids`` (binary search, vectorized)."""
+    if not len(sorted_ids) or not len(values):
+        return np.zeros(len(values), dtype=bool)
+    pos = np.minimum(np.searchsorted(sorted_ids, values), len(sorted_ids) - 1)
+    return sorted_ids[pos] == values
+
 
 class Stair:
     """One STAIR: ``relation`` (an alias) on the key ``columns`` of one join edge.
@@ -121,22 +137,57 @@ class Stair:
                 stored.extend(new)
         group.index.insert(keys, np.arange(start, start + len(keys), dtype=np.int64))
 
-    def clear(self) -> None:
-        """Forget every stored tuple (the start of a state migration)."""
-        self.groups = {}
+    def count(self, span: int) -> int:
+        """Stored tuples of ``span`` (any Done bits)."""
+        return sum(len(g) for s, g in self.groups.items() if s.span == span)
 
-    def base_tuples(self) -> list[TupleBatch]:
-        """The stored tuples that are base tuples of ``relation`` (span of one alias), one
-        batch per signature (their Done bits are the SMs they passed before the join)."""
-        return [
-            TupleBatch(
-                g.signature,
-                {a: ids.view() for a, ids in g.rows.items()},
-                np.zeros(len(g), dtype=np.int64),
+    def batches(self, span: int) -> list[TupleBatch]:
+        """The stored tuples of ``span``, one batch per signature (views, not copies)."""
+        return [g.batch() for s, g in self.groups.items() if s.span == span and len(g)]
+
+    def holding(self, alias: int, ids: np.ndarray) -> int:
+        """Stored tuples whose ``alias`` component is one of ``ids`` (sorted)."""
+        return sum(
+            int(np.count_nonzero(_among(g.rows[alias].view(), ids)))
+            for s, g in self.groups.items()
+            if s.span >> alias & 1
+        )
+
+    def remove(self, alias: int, ids: np.ndarray) -> int:
+        """Drop every stored tuple whose ``alias`` component is one of ``ids`` (sorted);
+        returns how many (a demotion of those tuples, stairs-2004 §3.1.1). The groups
+        concerned are rebuilt from their kept rows, index included."""
+        removed = 0
+        for sig, g in list(self.groups.items()):
+            if not sig.span >> alias & 1:
+                continue
+            drop = _among(g.rows[alias].view(), ids)
+            n = int(np.count_nonzero(drop))
+            if not n:
+                continue
+            removed += n
+            keep = np.flatnonzero(~drop)
+            group = _Group(
+                sig,
+                {a: GrowableArray(np.int64, max(64, len(keep))) for a in g.rows},
+                codes=[GrowableArray(np.int64, max(64, len(keep))) for _ in g.codes],
             )
-            for g in self.groups.values()
-            if g.signature.span == 1 << self.relation and len(g)
-        ]
+            for a, ids_ in g.rows.items():
+                group.rows[a].extend(ids_.view()[keep])
+            keys = g.keys.view()[keep]
+            group.keys.extend(keys)
+            for stored, old in zip(group.codes, g.codes, strict=True):
+                stored.extend(old.view()[keep])
+            group.index.insert(keys, np.arange(len(keep), dtype=np.int64))
+            self.groups[sig] = group
+        return removed
+
+    def take(self, span: int) -> list[TupleBatch]:
+        """Remove the stored tuples of ``span`` and return them, one batch per signature
+        (state migration: step 1 of a promotion, or a demotion, stairs-2004 §3.1.1)."""
+        out = self.batches(span)
+        self.groups = {s: g for s, g in self.groups.items() if s.span != span}
+        return out
 
     def probe(
         self,
@@ -220,6 +271,23 @@ class StairJoin(Module):
         dual = self.stairs[self.edge.other(side)]
         return self.joined(batch, dual.probe(keys, codes, valid, skip))
 
+    def store(self, batch: TupleBatch) -> None:
+        """Insert ``batch`` into its side's STAIR without probing (a migration relocating
+        tuples: steps 1-2 of a promotion, stairs-2004 §3.1.1)."""
+        if len(batch):
+            side = self.side_of(batch.signature.span)
+            self.stairs[side].insert(batch, *self.keys_of(batch, side, grow=True))
+
+    def join_with(self, batch: TupleBatch, span: int) -> list[TupleBatch]:
+        """Probe the dual STAIR with ``batch``, matching only stored tuples of ``span``,
+        inserting nothing (a migration making super-tuples: step 3 of a promotion)."""
+        if not len(batch):
+            return []
+        side = self.side_of(batch.signature.span)
+        keys, codes, valid = self.keys_of(batch, side, grow=False)
+        dual = self.stairs[self.edge.other(side)]
+        return self.joined(batch, dual.probe(keys, codes, valid, lambda s: s.span != span))
+
     def joined(self, batch: TupleBatch, matches) -> list[TupleBatch]:
         """Concatenate probe tuples with their matches, one batch per stored signature."""
         sig = batch.signature
@@ -240,12 +308,17 @@ log = structlog.get_logger("eddies.modules")
 #: source tuples were admitted (the paper's eddy could change its routing every 1000
 #: tuples, stairs-2004 §5.1).
 CHECK_EVERY = 1000
-#: Tests: a seed makes every check migrate, to plans drawn at random (state migration
-#: under arbitrary decisions must still give every result exactly once); None: greedy.
+#: Tests: a seed forces migrations — at each point of stasis, with probability
+#: ``RANDOM_MIGRATION_P``, a random cohort moves to a random other join, its
+#: intermediate results routed by random choices (state migration at arbitrary points
+#: and to arbitrary plans must still give every result exactly once); None: greedy.
 RANDOM_PLANS_SEED: int | None = None
-#: Connected sets of aliases a plan is compared on (a star of n tables has 2^(n-1) + n);
-#: beyond it only the decisions for base tuples are compared.
-MAX_PLAN_SPANS = 4096
+RANDOM_MIGRATION_P = 0.5
+#: The greedy policy's hysteresis (§4.2, thrashing): a cohort is a candidate only when
+#: its new join's cumulative selectivity is at least this fraction below its old one's.
+MIGRATION_MARGIN = 0.2
+#: Cohort tuples probed to size a migration's promotions before deciding on it.
+COST_SAMPLE = 256
 
 
 class GreedyPlan:
@@ -309,33 +382,46 @@ class GreedyPlan:
         return total
 
 
+@dataclass
+class Cohort:
+    """The base tuples of ``alias`` first routed to join ``source`` (their singletons are
+    stored in its STAIR on ``alias``), to be moved to join ``target``: the paper's S^R
+    (S tuples routed to R ⋈ S, stairs-2004 §3.2). ``ids``: their row ids, sorted."""
+
+    alias: int
+    source: int
+    target: int
+    ids: np.ndarray
+
+
 class StairMigrator:
-    """State migration between STAIRs under the greedy policy of stairs-2004 §4.2: when
-    the routing decisions change, migrate the state eagerly, as if every tuple seen so far
-    had been routed by the new decisions (§3.2, Figure 6).
+    """State migration between STAIRs by promotion and demotion (stairs-2004 §3.1.1,
+    §3.2, §4.2), moving only the tuples of the cohorts whose routing decision changed.
 
-    Called at points of stasis (nothing in flight: stairs-2004 App. A), every
-    ``CHECK_EVERY`` admitted source tuples, twice as many after each migration (back-off).
-    It computes a :class:`GreedyPlan` from the router's estimates; when the plan's choice
-    differs from the last one for some span, it migrates:
+    The eddy routes tuples to the joins by its policy (EddyJoins). Every
+    ``CHECK_EVERY`` admitted source tuples, at a point of stasis (nothing in flight or
+    buffered: App. A), the greedy policy computes a :class:`GreedyPlan` from the
+    router's estimates. A *cohort* — the base tuples of one relation X whose first join
+    was e while the plan now sends X to e' (cumulative selectivity ``MIGRATION_MARGIN``
+    lower) — is migrated when :meth:`pays` says so, as Figure 6 does for S^R:
 
-    1. **demotion** of every stored tuple to its base tuple: each base tuple seen (and
-       passed by its SMs before its first join) is stored exactly once, with its own span,
-       in the STAIR of the first join it was routed to; those are kept, every
-       intermediate tuple is dropped;
-    2. **promotion** along the new plan: the base tuples are routed again through the
-       STAIRs (insert into one, probe the dual), their intermediate results on to the
-       next join the plan picks, and so on; joins that would complete a result skip it
-       (every result of the tuples seen was produced already).
+    1. **demotion**: every stored tuple containing a cohort tuple is removed (the
+       intermediate tuples the cohort made through e, wherever they went on; the
+       singletons themselves come out of e's STAIR);
+    2. **promotion**: the cohort is routed again, as if it arrived now, into e' (insert
+       into X's STAIR of e', probe the dual) and its intermediate results on through the
+       joins the plan picks, except that joins which would complete a result skip it:
+       every result containing a cohort tuple was produced already.
 
-    The state is then exactly what an EddyJoins run routing by the plan from the start
-    would hold at this point, over the same tuples (up to tuples with a NULL join key,
-    which are in no result); such a state produces every later
-    result exactly once whatever the eddy routes next (the correctness of eddies with
-    symmetric hash joins, stairs-2004 App. A, Lemmas A.3-A.4). This rebuilds the whole
-    state rather than moving only what the changed decision touches (the paper's
-    promote/demote per tuple): its local duplicate rule (Invariant B, §3.1.2) does not by
-    itself keep a migrated state duplicate-free (docs/concepts.md, "STAIRs").
+    Batches move whole (numpy masks and Arrow-style take, no per-row loop).
+    Correctness: removing every stored tuple containing the cohort leaves the state of
+    the same routing history without the cohort (no other stored tuple depends on it);
+    routing it again is an EddyJoins history in which the cohort arrived last. From such
+    a state every result not produced yet comes exactly once, whatever the eddy routes or
+    migrates next (symmetric hash joins meet each pair of tuples once; App. A, Lemmas
+    A.3-A.4), and the results the cohort completes now were all produced before (A.4 at
+    the previous point of stasis). Invariant B of §3.1.2 alone would not guarantee it
+    (docs/concepts.md, "STAIRs"), which is why a cohort's tuples are moved whole.
     """
 
     def __init__(
@@ -344,34 +430,99 @@ class StairMigrator:
         graph: QueryGraph,
         stats: RunStats,
         random: np.random.Generator | None = None,
+        totals: dict[int, int | None] | None = None,
     ) -> None:
         self.joins = joins
         self.graph = graph
         self.stats = stats
         if random is None and RANDOM_PLANS_SEED is not None:
             random = np.random.default_rng(RANDOM_PLANS_SEED)
-        self.random = random  # tests: migrate at every check, to random plans
-        self.plan: GreedyPlan | None = None
+        self.random = random
+        self.totals = totals or {}
         self._checked_at = 0
-        # Back-off against thrashing (§4.2 plans one): each greedy migration doubles the
-        # admitted tuples until the next check, so a run migrates O(log n) times.
         self._interval = CHECK_EVERY
-        self._spans = _connected_spans(graph, joins)
+        self._moves: set[tuple[int, int, int]] = set()  # (alias, from, to) done
 
     def at_stasis(self, admitted: int) -> None:
         """The eddy is at a point of stasis with ``admitted`` source tuples admitted."""
-        if not self.joins or admitted - self._checked_at < self._interval:
+        if not self.joins:
+            return
+        if self.random is not None:
+            if self.random.random() < RANDOM_MIGRATION_P:
+                plan = GreedyPlan(self.joins, {}, self.random)
+                cohorts = self.cohorts(None)
+                if cohorts:
+                    self.migrate(cohorts[int(self.random.integers(len(cohorts)))], plan)
+            return
+        if admitted - self._checked_at < self._interval:
             return
         self._checked_at = admitted
-        plan = GreedyPlan(self.joins, self._fanouts(), self.random)
-        if self.plan is None and self.random is None:
-            self.plan = plan  # the first decisions: nothing to undo yet
-            return
-        if self.random is None and all(plan.choice(s) == self.plan.choice(s) for s in self._spans):
-            return
-        self.migrate(plan)
-        if self.random is None:
-            self._interval *= 2
+        plan = GreedyPlan(self.joins, self._fanouts())
+        for cohort in self.cohorts(plan):
+            if self.pays(cohort, plan, admitted):
+                if (cohort.alias, cohort.target, cohort.source) in self._moves:
+                    self._interval *= 2  # moving back: a sign of thrashing, back off
+                self._moves.add((cohort.alias, cohort.source, cohort.target))
+                self.migrate(cohort, plan)
+
+    def cohorts(self, plan: GreedyPlan | None) -> list[Cohort]:
+        """Cohorts whose join differs from ``plan``'s choice for their relation by the
+        margin; with no plan, every cohort to a random other join (``self.random``)."""
+        out = []
+        for a in self.graph.aliases:
+            alias, span = a.index, 1 << a.index
+            options = [d for d, j in self.joins.items() if alias in (j.edge.left, j.edge.right)]
+            for d in options:
+                if plan is None:
+                    others = [o for o in options if o != d]
+                    target = others[int(self.random.integers(len(others)))] if others else d
+                else:
+                    target = plan.choice(span)
+                    worse = plan.cumulative(span, target) >= (
+                        1 - MIGRATION_MARGIN
+                    ) * plan.cumulative(span, d)
+                    if worse:
+                        continue
+                batches = self.joins[d].stairs[alias].batches(span)
+                if target != d and batches:
+                    ids = np.sort(np.concatenate([b.rows[alias] for b in batches]))
+                    out.append(Cohort(alias, d, target, ids))
+        return out
+
+    def pays(self, cohort: Cohort, plan: GreedyPlan, admitted: int) -> bool:
+        """The guard against thrashing and late migrations (§4.2), from the state itself:
+        the cohort made ``demoted`` intermediate tuples through its join so far and would
+        make about ``promoted`` through its new one (probing with a sample). The tuples
+        still to come (rows known minus admitted, else as many as admitted) are expected
+        to repeat that per arrived tuple; the migration pays when the intermediate tuples
+        it saves on them exceed the tuples it moves now (relocated + promoted)."""
+        demoted = sum(
+            s.holding(cohort.alias, cohort.ids)
+            for j in self.joins.values()
+            for s in j.stairs.values()
+        ) - len(cohort.ids)
+        promoted = len(cohort.ids) * self._sampled_rate(cohort)
+        totals = list(self.totals.values())
+        if totals and all(t is not None for t in totals) and admitted:
+            ahead = max(sum(totals) - admitted, 0) / admitted
+        else:
+            ahead = 1.0
+        return (demoted - promoted) * ahead > len(cohort.ids) + promoted
+
+    def _sampled_rate(self, cohort: Cohort) -> float:
+        """Matches per cohort tuple in its target join's dual STAIR, over an evenly spaced
+        sample of at most ``COST_SAMPLE`` of them."""
+        ids = cohort.ids[:: max(1, len(cohort.ids) // COST_SAMPLE)]
+        if not len(ids):
+            return 0.0
+        sig = Signature(1 << cohort.alias, 0, True)
+        batch = TupleBatch(sig, {cohort.alias: ids}, np.zeros(len(ids), dtype=np.int64))
+        join = self.joins[cohort.target]
+        everything = self.graph.all_aliases
+        dual = join.stairs[join.edge.other(cohort.alias)]
+        keys, codes, valid = join.keys_of(batch, cohort.alias, grow=False)
+        matches = dual.probe(keys, codes, valid, lambda s: s.span | sig.span == everything)
+        return sum(len(m[1]) for m in matches) / len(ids)
 
     def _fanouts(self) -> dict[tuple[int, int], float]:
         """Per (join, side): decayed tuples out ÷ tuples in over every signature that
@@ -389,54 +540,36 @@ class StairMigrator:
                     acc[1] += est.tuples
         return {k: out / n for k, (out, n) in sums.items() if n > 0}
 
-    def migrate(self, plan: GreedyPlan) -> None:
-        """Rebuild every STAIR's state as routing by ``plan`` would have left it."""
-        base: deque[TupleBatch] = deque()
-        intermediate = 0
-        for join in self.joins.values():
-            for stair in join.stairs.values():
-                base.extend(stair.base_tuples())
-                intermediate += sum(
-                    len(g) for g in stair.groups.values() if g.signature.span != 1 << stair.relation
-                )
-                stair.clear()
-        everything = self.graph.all_aliases
-        promoted = 0
-        moved = 0
-        while base:
-            batch = base.popleft()
-            moved += len(batch)
-            if batch.signature.span & (batch.signature.span - 1):
-                promoted += len(batch)
-            join = self.joins[plan.choice(batch.signature.span)]
-            span = batch.signature.span
-            base.extend(join.route(batch, skip=lambda s, span=span: s.span | span == everything))
-        self.plan = plan
-        self.stats.stair_migrations += 1
-        self.stats.stair_demotions += intermediate
-        self.stats.stair_promotions += promoted
-        self.stats.stair_migrated_tuples += moved
-        log.debug(
-            "STAIR state migrated",
-            demoted=intermediate,
-            promoted=promoted,
-            stored=sum(len(s) for j in self.joins.values() for s in j.stairs.values()),
+    def migrate(self, cohort: Cohort, plan: GreedyPlan) -> None:
+        """Move ``cohort`` to its target join: demote, then promote (see the class);
+        ``plan`` routes its intermediate results."""
+        alias, span = cohort.alias, 1 << cohort.alias
+        singletons = self.joins[cohort.source].stairs[alias].take(span)
+        demoted = sum(
+            s.remove(alias, cohort.ids) for j in self.joins.values() for s in j.stairs.values()
         )
-
-
-def _connected_spans(graph: QueryGraph, joins: dict[int, StairJoin]) -> list[int]:
-    """Connected sets of aliases of the spanning tree, short of all (at most
-    ``MAX_PLAN_SPANS``; beyond, the singletons only)."""
-    spans = {1 << a.index for a in graph.aliases}
-    frontier = list(spans)
-    while frontier:
-        span = frontier.pop()
-        for j in joins.values():
-            if (span >> j.edge.left & 1) != (span >> j.edge.right & 1):
-                grown = span | 1 << j.edge.left | 1 << j.edge.right
-                if grown != graph.all_aliases and grown not in spans:
-                    spans.add(grown)
-                    frontier.append(grown)
-        if len(spans) > MAX_PLAN_SPANS:
-            return [1 << a.index for a in graph.aliases]
-    return sorted(spans)
+        everything = self.graph.all_aliases
+        queue = deque((cohort.target, b) for b in singletons)
+        promoted = 0
+        while queue:
+            d, batch = queue.popleft()
+            promoted += len(batch) if batch.signature.span != span else 0
+            union = batch.signature.span
+            for made in self.joins[d].route(
+                batch, skip=lambda s, u=union: s.span | u == everything
+            ):
+                queue.append((plan.choice(made.signature.span), made))
+        relocated = len(cohort.ids)
+        self.stats.stair_migrations += 1
+        self.stats.stair_demotions += demoted
+        self.stats.stair_promotions += promoted
+        self.stats.stair_migrated_tuples += relocated + demoted + promoted
+        log.debug(
+            "STAIR cohort migrated",
+            alias=alias,
+            source=self.joins[cohort.source].name,
+            target=self.joins[cohort.target].name,
+            relocated=relocated,
+            demoted=demoted,
+            promoted=promoted,
+        )
