@@ -177,8 +177,12 @@ def lower(
         for name in modules
     }
     to_eddy, inbox = trio.open_memory_channel(math.inf)
+    routing_table = RoutingTable(graph, plan.destinations)
+    if migrator is not None and migrator.routes:  # greedy routing (stairs-2004 §4.1)
+        routing_table.set_join_choice(migrator.choice)
+        migrator.on_plan_change = routing_table.forget
     eddy = Eddy(
-        RoutingTable(graph, plan.destinations),
+        routing_table,
         make_policy(
             options.policy,
             plan.destinations,

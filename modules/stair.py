@@ -308,6 +308,14 @@ log = structlog.get_logger("eddies.modules")
 #: source tuples were admitted (the paper's eddy could change its routing every 1000
 #: tuples, stairs-2004 §5.1).
 CHECK_EVERY = 1000
+#: No greedy migration before this many admitted source tuples (bench/stairs.py,
+#: Fig. 7(ii): the cost of state migration as the first migration is delayed).
+FIRST_CHECK = 0
+#: True: join_state="stairs" routes tuples among the joins by the greedy plan of §4.1, as
+#: the paper's STAIRs do (the policy still orders SMs and the join). False (default): the
+#: policy routes, as with EddyJoins, and the migrator moves the cohorts it misrouted — on
+#: bench/stairs.py this made 4-14× fewer intermediate tuples than greedy routing.
+GREEDY_ROUTING = False
 #: Tests: a seed forces migrations — at each point of stasis, with probability
 #: ``RANDOM_MIGRATION_P``, a random cohort moves to a random other join, its
 #: intermediate results routed by random choices (state migration at arbitrary points
@@ -317,8 +325,6 @@ RANDOM_MIGRATION_P = 0.5
 #: The greedy policy's hysteresis (§4.2, thrashing): a cohort is a candidate only when
 #: its new join's cumulative selectivity is at least this fraction below its old one's.
 MIGRATION_MARGIN = 0.2
-#: Cohort tuples probed to size a migration's promotions before deciding on it.
-COST_SAMPLE = 256
 
 
 class GreedyPlan:
@@ -398,12 +404,14 @@ class StairMigrator:
     """State migration between STAIRs by promotion and demotion (stairs-2004 §3.1.1,
     §3.2, §4.2), moving only the tuples of the cohorts whose routing decision changed.
 
-    The eddy routes tuples to the joins by its policy (EddyJoins). Every
-    ``CHECK_EVERY`` admitted source tuples, at a point of stasis (nothing in flight or
-    buffered: App. A), the greedy policy computes a :class:`GreedyPlan` from the
-    router's estimates. A *cohort* — the base tuples of one relation X whose first join
-    was e while the plan now sends X to e' (cumulative selectivity ``MIGRATION_MARGIN``
-    lower) — is migrated when :meth:`pays` says so, as Figure 6 does for S^R:
+    The eddy routes tuples to the joins by its policy, as with EddyJoins (or, with
+    ``GREEDY_ROUTING``, by the current plan: :meth:`choice`, asked by the routing table,
+    ``on_plan_change`` telling it to forget its entries). Every ``CHECK_EVERY`` admitted
+    source tuples, at a point of stasis (nothing in flight or buffered: App. A), the
+    greedy policy computes a :class:`GreedyPlan` from the router's estimates. A *cohort*
+    — the base tuples of one relation X whose first join was e while the plan now sends
+    X to e' (cumulative selectivity ``MIGRATION_MARGIN`` lower) — is migrated, as Figure 6
+    does for S^R, as far as its tuples are worth moving (:meth:`worth_moving`, per tuple):
 
     1. **demotion**: every stored tuple containing a cohort tuple is removed (the
        intermediate tuples the cohort made through e, wherever they went on; the
@@ -421,7 +429,11 @@ class StairMigrator:
     migrates next (symmetric hash joins meet each pair of tuples once; App. A, Lemmas
     A.3-A.4), and the results the cohort completes now were all produced before (A.4 at
     the previous point of stasis). Invariant B of §3.1.2 alone would not guarantee it
-    (docs/concepts.md, "STAIRs"), which is why a cohort's tuples are moved whole.
+    (docs/concepts.md, "STAIRs"), which is why every tuple holding a moved base tuple
+    goes. Points of stasis are needed for that argument (a tuple in flight holding a
+    cohort tuple would be stored after its demotion), as in the paper's App. A.
+
+    ``totals``: rows per alias when known (in-memory tables), for the input to come.
     """
 
     def __init__(
@@ -441,7 +453,11 @@ class StairMigrator:
         self.totals = totals or {}
         self._checked_at = 0
         self._interval = CHECK_EVERY
+        self.routes = GREEDY_ROUTING and random is None
+        self.plan = GreedyPlan(joins, {})
+        self.on_plan_change: Callable[[], None] | None = None
         self._moves: set[tuple[int, int, int]] = set()  # (alias, from, to) done
+        self._looked: dict[tuple[int, int, int], int] = {}  # cohort -> admitted then
 
     def at_stasis(self, admitted: int) -> None:
         """The eddy is at a point of stasis with ``admitted`` source tuples admitted."""
@@ -454,20 +470,31 @@ class StairMigrator:
                 if cohorts:
                     self.migrate(cohorts[int(self.random.integers(len(cohorts)))], plan)
             return
-        if admitted - self._checked_at < self._interval:
+        if admitted - self._checked_at < self._interval or admitted < FIRST_CHECK:
             return
         self._checked_at = admitted
         plan = GreedyPlan(self.joins, self._fanouts())
-        for cohort in self.cohorts(plan):
-            if self.pays(cohort, plan, admitted):
-                if (cohort.alias, cohort.target, cohort.source) in self._moves:
-                    self._interval *= 2  # moving back: a sign of thrashing, back off
-                self._moves.add((cohort.alias, cohort.source, cohort.target))
-                self.migrate(cohort, plan)
+        if self.routes:
+            self.plan = plan
+            if self.on_plan_change is not None:
+                self.on_plan_change()
+        for cohort in self.cohorts(plan, admitted):
+            if (cohort.alias, cohort.target, cohort.source) in self._moves:
+                self._interval *= 2  # moving back: a sign of thrashing, back off
+            self._moves.add((cohort.alias, cohort.source, cohort.target))
+            self.migrate(cohort, plan)
 
-    def cohorts(self, plan: GreedyPlan | None) -> list[Cohort]:
-        """Cohorts whose join differs from ``plan``'s choice for their relation by the
-        margin; with no plan, every cohort to a random other join (``self.random``)."""
+    def choice(self, span: int) -> int | None:
+        """The join a tuple of ``span`` goes to under greedy routing (None: all aliases)."""
+        return None if span == self.graph.all_aliases else self.plan.choice(span)
+
+    def cohorts(self, plan: GreedyPlan | None, admitted: int = 0) -> list[Cohort]:
+        """The cohorts to migrate now. Greedy: for each relation X and join e holding
+        singletons of X while the plan sends X to e' with a cumulative selectivity
+        ``MIGRATION_MARGIN`` lower, the tuples of that cohort worth moving
+        (:meth:`worth_moving`); each cohort looked at again only once the admitted tuples
+        grew by a quarter (stages, not a check every ``CHECK_EVERY``). With no plan
+        (``self.random``): a random part of each cohort, to a random other join."""
         out = []
         for a in self.graph.aliases:
             alias, span = a.index, 1 << a.index
@@ -481,48 +508,82 @@ class StairMigrator:
                     worse = plan.cumulative(span, target) >= (
                         1 - MIGRATION_MARGIN
                     ) * plan.cumulative(span, d)
-                    if worse:
+                    key = (alias, d, target)
+                    if worse or admitted < 1.25 * self._looked.get(key, 0):
                         continue
+                    self._looked[key] = admitted
                 batches = self.joins[d].stairs[alias].batches(span)
-                if target != d and batches:
-                    ids = np.sort(np.concatenate([b.rows[alias] for b in batches]))
-                    out.append(Cohort(alias, d, target, ids))
+                if target == d or not batches:
+                    continue
+                ids = np.sort(np.concatenate([b.rows[alias] for b in batches]))
+                cohort = Cohort(alias, d, target, ids)
+                if plan is None:
+                    cohort.ids = ids[self.random.random(len(ids)) < 0.7]
+                else:
+                    cohort.ids = self.worth_moving(cohort, admitted, plan)
+                if len(cohort.ids):
+                    out.append(cohort)
         return out
 
-    def pays(self, cohort: Cohort, plan: GreedyPlan, admitted: int) -> bool:
-        """The guard against thrashing and late migrations (§4.2), from the state itself:
-        the cohort made ``demoted`` intermediate tuples through its join so far and would
-        make about ``promoted`` through its new one (probing with a sample). The tuples
-        still to come (rows known minus admitted, else as many as admitted) are expected
-        to repeat that per arrived tuple; the migration pays when the intermediate tuples
-        it saves on them exceed the tuples it moves now (relocated + promoted)."""
-        demoted = sum(
-            s.holding(cohort.alias, cohort.ids)
-            for j in self.joins.values()
-            for s in j.stairs.values()
-        ) - len(cohort.ids)
-        promoted = len(cohort.ids) * self._sampled_rate(cohort)
+    def worth_moving(self, cohort: Cohort, admitted: int, plan: GreedyPlan) -> np.ndarray:
+        """The guard against thrashing and late migrations (§4.2), per tuple. A tuple x
+        of the cohort made ``d_x`` stored intermediate tuples through its join so far
+        (one vectorized pass over the stored tuples holding the cohort's relation) and
+        would make ``p_x`` through the target now (probing its dual with the cohort).
+        Left where it is, x is expected to meet ``max(d_x × ahead, f × n / s)`` more
+        partners: its past repeated over the input still to come (``ahead`` = rows known
+        minus admitted, over admitted; 1 when unknown), or the partners' side's current
+        fan-out ``f`` (router estimates) over the ``n`` partner rows still to come, spread
+        over the ``s`` tuples stored beside x (when the partners' selectivity changed,
+        the past says little). Likewise at the target, with ``p_x``. Moving x pays when
+        it saves more than it costs now: ``1 + p_x`` (the relocation and the promotions;
+        demotions drop tuples). Returns the sorted ids of the tuples for which it pays."""
+        ids, alias = cohort.ids, cohort.alias
+        made = self._made(ids, alias)
         totals = list(self.totals.values())
-        if totals and all(t is not None for t in totals) and admitted:
-            ahead = max(sum(totals) - admitted, 0) / admitted
-        else:
-            ahead = 1.0
-        return (demoted - promoted) * ahead > len(cohort.ids) + promoted
+        known = bool(totals) and all(t is not None for t in totals) and admitted > 0
+        ahead = max(sum(totals) - admitted, 0) / admitted if known else 1.0
+        left = max(1.0 - admitted / sum(totals), 0.0) if known else None
 
-    def _sampled_rate(self, cohort: Cohort) -> float:
-        """Matches per cohort tuple in its target join's dual STAIR, over an evenly spaced
-        sample of at most ``COST_SAMPLE`` of them."""
-        ids = cohort.ids[:: max(1, len(cohort.ids) // COST_SAMPLE)]
-        if not len(ids):
-            return 0.0
-        sig = Signature(1 << cohort.alias, 0, True)
-        batch = TupleBatch(sig, {cohort.alias: ids}, np.zeros(len(ids), dtype=np.int64))
+        def spread(d: int) -> float:
+            """f × n / s at join d for the cohort's side."""
+            join = self.joins[d]
+            far = join.edge.other(alias)
+            stored = len(join.stairs[alias])
+            total = self.totals.get(far)
+            to_come = total * left if left is not None and total else len(join.stairs[far])
+            return plan.fanout.get((d, far), 0.0) * to_come / max(stored, 1)
+
+        stay = np.maximum(made * ahead, spread(cohort.source))
+        hopeful = np.flatnonzero(stay > 1)
+        if not len(hopeful):
+            return ids[:0]
+        cand = ids[hopeful]
+        sig = Signature(1 << alias, 0, True)
+        batch = TupleBatch(sig, {alias: cand}, np.zeros(len(cand), dtype=np.int64))
         join = self.joins[cohort.target]
         everything = self.graph.all_aliases
-        dual = join.stairs[join.edge.other(cohort.alias)]
-        keys, codes, valid = join.keys_of(batch, cohort.alias, grow=False)
-        matches = dual.probe(keys, codes, valid, lambda s: s.span | sig.span == everything)
-        return sum(len(m[1]) for m in matches) / len(ids)
+        dual = join.stairs[join.edge.other(alias)]
+        keys, codes, valid = join.keys_of(batch, alias, grow=False)
+        promised = np.zeros(len(cand), dtype=np.int64)
+        for _, probe_idx, _ in dual.probe(
+            keys, codes, valid, lambda s: s.span | sig.span == everything
+        ):
+            promised += np.bincount(probe_idx, minlength=len(cand))
+        go = np.maximum(promised * ahead, spread(cohort.target))
+        return cand[stay[hopeful] - go > 1 + promised]
+
+    def _made(self, ids: np.ndarray, alias: int) -> np.ndarray:
+        """Per id of ``ids`` (sorted), the stored non-singleton tuples holding it."""
+        made = np.zeros(len(ids), dtype=np.int64)
+        for j in self.joins.values():
+            for s in j.stairs.values():
+                for sig, g in s.groups.items():
+                    if sig.span >> alias & 1 and sig.span != 1 << alias:
+                        comp = g.rows[alias].view()
+                        hit = _among(comp, ids)
+                        made += np.bincount(np.searchsorted(ids, comp[hit]), minlength=len(ids))
+        return made
 
     def _fanouts(self) -> dict[tuple[int, int], float]:
         """Per (join, side): decayed tuples out ÷ tuples in over every signature that
@@ -544,10 +605,15 @@ class StairMigrator:
         """Move ``cohort`` to its target join: demote, then promote (see the class);
         ``plan`` routes its intermediate results."""
         alias, span = cohort.alias, 1 << cohort.alias
-        singletons = self.joins[cohort.source].stairs[alias].take(span)
-        demoted = sum(
+        singletons = [
+            b.take(np.flatnonzero(_among(b.rows[alias], cohort.ids)))
+            for b in self.joins[cohort.source].stairs[alias].batches(span)
+        ]
+        relocated = sum(len(b) for b in singletons)
+        removed = sum(
             s.remove(alias, cohort.ids) for j in self.joins.values() for s in j.stairs.values()
         )
+        demoted = removed - relocated
         everything = self.graph.all_aliases
         queue = deque((cohort.target, b) for b in singletons)
         promoted = 0
@@ -559,7 +625,6 @@ class StairMigrator:
                 batch, skip=lambda s, u=union: s.span | u == everything
             ):
                 queue.append((plan.choice(made.signature.span), made))
-        relocated = len(cohort.ids)
         self.stats.stair_migrations += 1
         self.stats.stair_demotions += demoted
         self.stats.stair_promotions += promoted

@@ -212,10 +212,13 @@ def test_bad_join_state_values():
         explain("SELECT * FROM r", cat, join_state=None)
 
 
-@pytest.mark.parametrize("seed", [None, 1, 2])
-def test_stairs_migrate_and_count(seed):
-    """Migrations happen (to random plans: at every point of stasis; greedy: when the
-    decisions change), are counted, and the result stays DuckDB's."""
+@pytest.mark.parametrize(
+    ("seed", "greedy_routing"), [(None, False), (None, True), (1, False), (2, False)]
+)
+def test_stairs_migrate_and_count(seed, greedy_routing, monkeypatch):
+    """Migrations happen (forced: at every point of stasis; greedy: when they pay), are
+    counted, and the result stays DuckDB's — also when STAIRs route by the greedy plan."""
+    monkeypatch.setattr(stair, "GREEDY_ROUTING", greedy_routing)
     tables = _tables()
     sql = "SELECT r.x, t.c, u.y FROM r, s, t, u WHERE r.a = s.a AND s.b = t.b AND t.c = u.c"
     with migrating(random_seed=seed, p=1.0):
@@ -229,12 +232,15 @@ def test_stairs_migrate_and_count(seed):
     assert f"{stats.stair_migrations} migrations" in stats.format()
 
 
-def test_greedy_migration_undoes_a_routing_mistake():
+@pytest.mark.parametrize("greedy_routing", [False, True])
+def test_greedy_migration_undoes_a_routing_mistake(greedy_routing, monkeypatch):
     """stairs-2004 §3.2 in small: a static policy sends every s tuple to r ⋈ s first,
     where each joins 5 r tuples, though s ⋈ t matches almost nothing. The greedy policy
     sees it from the router's estimates and migrates the s cohort to s ⋈ t (while the
     policy keeps routing new s tuples to r ⋈ s, later cohorts move too): the result is
-    DuckDB's and the joins make fewer intermediate tuples than EddyJoins on that plan."""
+    DuckDB's and the joins make fewer intermediate tuples than EddyJoins on that plan.
+    With greedy routing, new s tuples follow the plan too."""
+    monkeypatch.setattr(stair, "GREEDY_ROUTING", greedy_routing)
     n = 400
     r = pa.table({"a": [i % 40 for i in range(n // 2)]})  # 5 r per key
     s = pa.table(
@@ -334,10 +340,10 @@ STAR = "SELECT * FROM r, s, t, u WHERE r.a = s.a AND s.b = t.b AND s.a = u.c"
 
 @pytest.mark.parametrize("seed", range(12))
 def test_random_migrations_give_every_result_once(seed):
-    """Route random batches with random choices (a policy), migrate a random cohort to a
-    random other join at random points of stasis, go on: every result of the full join
-    is produced exactly once (stairs-2004 App. A), and right after each migration the
-    cohort has left its join and every base tuple is stored at most once."""
+    """Route random batches with random choices (a policy), migrate a random part of a
+    random cohort to a random other join at random points of stasis, go on: every result
+    of the full join is produced exactly once (stairs-2004 App. A), and right after each
+    migration the cohort has left its join and every base tuple is stored at most once."""
     import numpy as np
 
     from eddies.modules.stair import GreedyPlan, StairMigrator
@@ -386,7 +392,8 @@ def test_random_migrations_give_every_result_once(seed):
                 for i in b.rows[cohort.alias]
             )
             source = joins[cohort.source].stairs[cohort.alias].batches(span)
-            assert not source  # the whole cohort left its join
+            left = {int(i) for b in source for i in b.rows[cohort.alias]}
+            assert not left & set(cohort.ids.tolist())  # the cohort left its join
             assert all(c == 1 for c in stored.values())  # each base tuple stored once
     where = sql.split("WHERE")[1]
     expected = duckdb_table(
@@ -401,15 +408,13 @@ def test_random_migrations_give_every_result_once(seed):
     assert got == want
 
 
-def test_migration_moves_only_the_cohort():
+def test_migration_moves_only_the_cohort_tuples_that_pay():
     """stairs-2004 Figure 6: R ⋈ S ⋈ T with S tuples sent to R ⋈ S (the cohort S^R); the
-    plan now sends S to S ⋈ T. The migration relocates S^R from S.a to S.b, demotes the
-    RS tuples of S.b and promotes S^R through T.b to ST tuples in S.a; R, T and the S
-    tuples routed to S ⋈ T stay put. The guard (``pays``) weighs the tuples moved against
-    the intermediate tuples saved on the rows still to come."""
-    import numpy as np
-
-    from eddies.modules.stair import Cohort, GreedyPlan, StairMigrator
+    plan now sends S to S ⋈ T. The guard keeps the s tuples that made no RS tuple (s2)
+    where they are; the others are relocated from S.a to S.b, their RS tuples in S.b
+    demoted, and they are promoted through T.b to ST tuples in S.a. R, T and the s tuple
+    routed to S ⋈ T stay put. With nothing left to come, nothing pays."""
+    from eddies.modules.stair import GreedyPlan, StairMigrator
     from eddies.router.stats import RunStats
 
     tables = {
@@ -431,21 +436,19 @@ def test_migration_moves_only_the_cohort():
     assert joins[st_].stairs[s].count(1 << r | 1 << s) == 3  # r0s0, r1s0, r2s1
     r_stair = joins[rs].stairs[r].groups.copy()
     greedy = GreedyPlan(joins, {(rs, s): 5.0, (st_, s): 0.5})
-    (cohort,) = migrator.cohorts(greedy)
+    assert migrator.cohorts(greedy, admitted=10) == []  # nothing left to come
+    migrator._looked.clear()
+    (cohort,) = migrator.cohorts(greedy, admitted=1)  # 9 rows to come per one admitted
     assert (cohort.alias, cohort.source, cohort.target) == (s, rs, st_)
-    assert cohort.ids.tolist() == [0, 1, 2]
-    assert not migrator.pays(cohort, greedy, admitted=10)  # nothing left to come
-    assert migrator.pays(cohort, greedy, admitted=1)  # much to come
+    assert cohort.ids.tolist() == [0, 1]  # s2 made nothing: not worth moving
     migrator.migrate(cohort, greedy)
-    assert joins[rs].stairs[s].count(1 << s) == 0
-    assert joins[st_].stairs[s].count(1 << s) == 4  # relocated, beside s3
+    assert joins[rs].stairs[s].count(1 << s) == 1  # s2
+    assert joins[st_].stairs[s].count(1 << s) == 3  # s0, s1 relocated beside s3
     assert joins[st_].stairs[s].count(1 << r | 1 << s) == 0  # demoted
-    assert joins[rs].stairs[s].count(1 << s | 1 << t) == 3  # s0t0, s2t0, and s3t0 kept
+    assert joins[rs].stairs[s].count(1 << s | 1 << t) == 2  # s0t0 promoted, s3t0 kept
     assert joins[rs].stairs[r].groups == r_stair  # untouched
-    assert (stats.stair_demotions, stats.stair_promotions) == (3, 2)
-    assert stats.stair_migrated_tuples == 3 + 3 + 2
-    assert migrator.cohorts(greedy) == []
-    assert isinstance(cohort, Cohort) and isinstance(cohort.ids, np.ndarray)
+    assert (stats.stair_demotions, stats.stair_promotions) == (3, 1)
+    assert stats.stair_migrated_tuples == 2 + 3 + 1
 
 
 def test_invariant_b_alone_allows_duplicates():
@@ -517,4 +520,7 @@ def test_migration_with_udf_selections_in_flight(inline_visits):
                     )
                     assert_same_bag(run.table, sql, tables, expected=expected)
                     migrations += run.stats.stair_migrations
-    assert migrations > 0  # some points of stasis came between UDF calls
+    if inline_visits:  # joins visited inline: points of stasis come between UDF calls
+        assert migrations > 0
+    # (through queues, the sources may deliver everything before the first point of
+    # stasis with stored tuples: how many come depends on scheduling, not asserted)
