@@ -156,7 +156,7 @@ class Stair:
     def remove(self, alias: int, ids: np.ndarray) -> int:
         """Drop every stored tuple whose ``alias`` component is one of ``ids`` (sorted);
         returns how many (a demotion of those tuples, stairs-2004 §3.1.1). The groups
-        concerned are rebuilt from their kept rows, index included."""
+        concerned keep their other rows, their index filtered (no re-sort)."""
         removed = 0
         for sig, g in list(self.groups.items()):
             if not sig.span >> alias & 1:
@@ -171,14 +171,13 @@ class Stair:
                 sig,
                 {a: GrowableArray(np.int64, max(64, len(keep))) for a in g.rows},
                 codes=[GrowableArray(np.int64, max(64, len(keep))) for _ in g.codes],
+                index=g.index.without(drop),
             )
             for a, ids_ in g.rows.items():
                 group.rows[a].extend(ids_.view()[keep])
-            keys = g.keys.view()[keep]
-            group.keys.extend(keys)
+            group.keys.extend(g.keys.view()[keep])
             for stored, old in zip(group.codes, g.codes, strict=True):
                 stored.extend(old.view()[keep])
-            group.index.insert(keys, np.arange(len(keep), dtype=np.int64))
             self.groups[sig] = group
         return removed
 
@@ -470,7 +469,10 @@ class StairMigrator:
                 if cohorts:
                     self.migrate(cohorts[int(self.random.integers(len(cohorts)))], plan)
             return
-        if admitted - self._checked_at < self._interval or admitted < FIRST_CHECK:
+        # every CHECK_EVERY tuples, or every 1/32 of those admitted so far: a long run
+        # checks O(log n) times more, not n / 1000 times (each check builds a plan)
+        interval = max(self._interval, admitted // 32)
+        if admitted - self._checked_at < interval or admitted < FIRST_CHECK:
             return
         self._checked_at = admitted
         plan = GreedyPlan(self.joins, self._fanouts())
@@ -515,7 +517,7 @@ class StairMigrator:
                 batches = self.joins[d].stairs[alias].batches(span)
                 if target == d or not batches:
                     continue
-                ids = np.sort(np.concatenate([b.rows[alias] for b in batches]))
+                ids = np.sort(np.concatenate([b.rows[alias] for b in batches]), kind="stable")
                 cohort = Cohort(alias, d, target, ids)
                 if plan is None:
                     cohort.ids = ids[self.random.random(len(ids)) < 0.7]

@@ -524,3 +524,35 @@ def test_migration_with_udf_selections_in_flight(inline_visits):
         assert migrations > 0
     # (through queues, the sources may deliver everything before the first point of
     # stasis with stored tuples: how many come depends on scheduling, not asserted)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_sorted_run_index_without_equals_a_fresh_index(seed):
+    """SortedRunIndex.without (STAIR demotions) answers every probe as an index built
+    from the kept entries, renumbered, would — dense and sparse runs, duplicates."""
+    import numpy as np
+
+    from eddies.modules.stem_index import SortedRunIndex
+
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(1, 3000))
+    high = 50 if seed % 2 else 1 << 40
+    keys = rng.integers(0, high, n)
+    index = SortedRunIndex()
+    start = 0
+    while start < n:  # several inserts: several runs
+        stop = min(n, start + int(rng.integers(1, 700)))
+        index.insert(keys[start:stop], np.arange(start, stop, dtype=np.int64))
+        start = stop
+    dead = rng.random(n) < rng.random()
+    kept = np.flatnonzero(~dead)
+    fresh = SortedRunIndex()
+    if len(kept):
+        fresh.insert(keys[kept], np.arange(len(kept), dtype=np.int64))
+    probe = np.concatenate([keys[rng.integers(0, n, 200)], rng.integers(0, high, 50)])
+
+    def pairs(ix):
+        p, pos = ix.probe(probe)
+        return sorted(zip(p.tolist(), pos.tolist(), strict=True))
+
+    assert pairs(index.without(dead)) == pairs(fresh)
