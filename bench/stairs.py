@@ -357,7 +357,7 @@ def section_8(args) -> None:
             for js in techniques
         }
         base = sum(len(t) for t in tables.values())
-        _, res = run_set(sql, cat, runs, expected, 1, base)
+        _, res = run_set(sql, cat, runs, expected, args.repeat, base)
         w = {js: work(res[js][0].stats, base) for js in techniques}
         ratios["eddyjoins"].append(w["stairs"] / w["eddyjoins"])
         ratios["stems"].append(w["stairs"] / w["stems"])
