@@ -315,6 +315,10 @@ FIRST_CHECK = 0
 #: policy routes, as with EddyJoins, and the migrator moves the cohorts it misrouted — on
 #: bench/stairs.py this made 4-14× fewer intermediate tuples than greedy routing.
 GREEDY_ROUTING = False
+#: The guard counts a vectorized scan over one stored tuple as this fraction of the cost
+#: of making one intermediate tuple (a migration scans every stored tuple holding the
+#: cohort's relation to demote).
+SCAN_COST = 0.02
 #: Tests: a seed forces migrations — at each point of stasis, with probability
 #: ``RANDOM_MIGRATION_P``, a random cohort moves to a random other join, its
 #: intermediate results routed by random choices (state migration at arbitrary points
@@ -573,7 +577,21 @@ class StairMigrator:
         ):
             promised += np.bincount(probe_idx, minlength=len(cand))
         go = np.maximum(promised * ahead, spread(cohort.target))
-        return cand[stay[hopeful] - go > 1 + promised]
+        gain = stay[hopeful] - go - (1 + promised)
+        moving = gain > 0
+        # A migration also scans every stored tuple holding the relation (to demote):
+        # what it saves must outweigh that scan too, or small cohorts cost more than
+        # they save.
+        scanned = sum(
+            len(g)
+            for j in self.joins.values()
+            for s in j.stairs.values()
+            for sig, g in s.groups.items()
+            if sig.span >> alias & 1
+        )
+        if gain[moving].sum() < SCAN_COST * scanned:
+            return ids[:0]
+        return cand[moving]
 
     def _made(self, ids: np.ndarray, alias: int) -> np.ndarray:
         """Per id of ``ids`` (sorted), the stored non-singleton tuples holding it."""
