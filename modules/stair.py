@@ -307,8 +307,9 @@ log = structlog.get_logger("eddies.modules")
 #: source tuples were admitted (the paper's eddy could change its routing every 1000
 #: tuples, stairs-2004 §5.1).
 CHECK_EVERY = 1000
-#: No greedy migration before this many admitted source tuples (bench/stairs.py,
-#: Fig. 7(ii): the cost of state migration as the first migration is delayed).
+#: After the first check, no greedy check (routing change or migration) before this
+#: many admitted source tuples (bench/stairs.py, Fig. 7(ii): the cost of state
+#: migration as the first change of the early routing decisions is delayed).
 FIRST_CHECK = 0
 #: True: join_state="stairs" routes tuples among the joins by the greedy plan of §4.1, as
 #: the paper's STAIRs do (the policy still orders SMs and the join). False (default): the
@@ -476,7 +477,7 @@ class StairMigrator:
         # every CHECK_EVERY tuples, or every 1/32 of those admitted so far: a long run
         # checks O(log n) times more, not n / 1000 times (each check builds a plan)
         interval = max(self._interval, admitted // 32)
-        if admitted - self._checked_at < interval or admitted < FIRST_CHECK:
+        if admitted - self._checked_at < interval or (admitted < FIRST_CHECK and self._checked_at):
             return
         self._checked_at = admitted
         plan = GreedyPlan(self.joins, self._fanouts())
