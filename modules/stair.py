@@ -355,6 +355,7 @@ class GreedyPlan:
         self.fanout = fanout
         self.random = random
         self._choices: dict[int, int] = {}
+        self._cumulative: dict[tuple[int, int], float] = {}
 
     def choice(self, span: int) -> int:
         found = self._choices.get(span)
@@ -378,6 +379,12 @@ class GreedyPlan:
 
     def cumulative(self, span: int, d: int) -> float:
         """The product of fan-outs from ``span`` through join ``d`` and every join beyond."""
+        found = self._cumulative.get((span, d))
+        if found is None:
+            found = self._cumulative[(span, d)] = self._cumulate(span, d)
+        return found
+
+    def _cumulate(self, span: int, d: int) -> float:
         total = 1.0
         frontier = [(d, self.joins[d].side_of(span))]
         seen = {d}
