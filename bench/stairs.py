@@ -1,42 +1,61 @@
-"""STAIRs, stairs-2004 §5.4: R ⋈ S ⋈ T with join selectivities that reverse halfway.
+"""STAIRs (stairs-2004 §5) side by side: §5.4, Fig. 7(i)-(iii) and Fig. 8 in one run.
 
-Over the first half of S (by arrival) every S tuple joins ``--fanout`` R tuples and no T
-tuple, over the second half the reverse; 1% of S joins both, so the result is not empty
-(the tables of ``bench/adaptive.py`` section (c)). Runs the query with each join state —
-SteMs (``stems``), STAIRs that never migrate (``eddyjoins``, the paper's EddyJoins) and
-STAIRs with greedy state migration (``stairs``) — under each policy in ``--policies``,
-the two static EddyJoins plans (S tuples to R ⋈ S first, or to S ⋈ T first) and DuckDB.
+Join states compared: SteMs (``stems``), STAIRs that never migrate (``eddyjoins``, the
+paper's EddyJoins), STAIRs with state migration (``stairs``: cohorts promoted and demoted
+under the greedy policy, eddies.modules.stair.StairMigrator) and static symmetric-hash-join
+plans (the ``static`` policy over EddyJoins, the paper's SHJ). Sections (``--sections``):
 
-``--rate`` (rows per second per table, 0 = as fast as the eddy takes them) streams the
-three tables side by side, as the paper's tables arrive in primary-key order; without it
-the eddy reads the leaf tables R and T first (its build-side preference), so no R or T
-tuple arrives after S and there is no history to lift.
+* ``5.4`` — R ⋈ S ⋈ T over local tables whose join selectivities reverse halfway
+  (bench/adaptive.py ``stairs_tables``), streamed side by side at ``--rate`` rows/s per
+  table, under each policy of ``--policies``, both static plans and DuckDB.
+* ``7i`` — the TPC-H query of §5.2 (customer, orders, lineitem; ``c_nationkey = 1 AND
+  c_acctbal > 9000 AND l_shipdate > 1996-01-01``) at ``--sf``, lineitem sorted by
+  ``l_shipdate``, each table at a rate proportional to its size (all end after about
+  ``--seconds``): STAIRs, EddyJoins, SteMs, the best and worst static plans.
+* ``7ii`` — the same query, STAIRs routing by the greedy plan of §4.1 as the paper's do,
+  with the first routing change and migration delayed until a fraction of the input
+  was admitted (``--delays``): migration cost and total work.
+* ``7iii`` — result rows over time of the 7i runs, plotted to ``bench/out/stairs_fig7iii.png``.
+* ``8`` — ``--setups`` random setups as §5.3: Wisconsin-style tables (``--scale`` × 1k,
+  10k, 50k, 100k rows), path and star queries of 4-5 relations, random selections, join
+  fan-outs, rates and initial delays; the ratio of STAIRs' work to each other technique's
+  per setup, sorted, plotted to ``bench/out/stairs_fig8.png``.
 
-Prints, per run: wall ms and process CPU ms (min of ``--repeat`` after a warm-up), the
-intermediate tuples the joins produced (tuples out of every SteM probe or STAIR join:
-the work done, independent of machine load), and the STAIR migrations with the tuples
-they moved. Run: ``python bench/stairs.py [--rows 50000] [--rate 200000] [--repeat 3]``.
-Timings are wall clock on a shared machine: read the CPU and tuple columns.
+Every run's result is checked against DuckDB's. The work of a run is counted, not timed:
+**work** = the tuples it handled: base tuples read, intermediate tuples made (tuples out
+of every SteM probe or STAIR join) and the tuples a migration inserted (base tuples
+relocated, intermediate tuples promoted; demoted tuples are dropped by a vectorized
+filter and listed apart); process CPU ms and wall ms are printed too (the machine is
+shared: wall time is noisy, and with rates it is mostly the streams' duration).
+Run: ``python bench/stairs.py [--sections 5.4,7i,7ii,7iii,8] [--sf 0.1] [--setups 100]``.
 """
 
 from __future__ import annotations
 
 import argparse
+import pathlib
+import re
 import time
 
 import duckdb
-from adaptive import stairs_tables
-from common import engine_or_exit, fmt_ms, print_table
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+from adaptive import TPCH_SQL, stairs_tables, tpch_tables
+from common import console, engine_or_exit, fmt_ms, print_table
 
-from eddies.engine import Catalog, run_query
+from eddies.engine import Catalog, explain, run_query
+from eddies.modules import stair
 
-SQL = "SELECT count(*) FROM r, s, t WHERE r.a = s.a AND s.b = t.b"
+OUT = pathlib.Path(__file__).resolve().parent / "out"
+SQL_54 = "SELECT count(*) FROM r, s, t WHERE r.a = s.a AND s.b = t.b"
 
 
-def catalog(tables, rate: float) -> Catalog:
+def catalog(tables, rates: dict[str, float] | float | None = None, delays=None) -> Catalog:
     cat = Catalog()
     for name, tab in tables.items():
-        cat.add_table(name, tab, **({"rate": rate} if rate else {}))
+        rate = rates.get(name) if isinstance(rates, dict) else rates
+        cat.add_table(name, tab, rate=rate or None, delay=(delays or {}).get(name, 0.0))
     return cat
 
 
@@ -45,72 +64,407 @@ def join_work(stats) -> int:
     return sum(m.tuples_out for m in stats.modules.values() if m.kind in ("probe", "join"))
 
 
+def moved(stats) -> int:
+    """Tuples a migration inserted into STAIRs: base tuples relocated and intermediate
+    tuples promoted (demoted tuples are dropped by one vectorized filter: not counted)."""
+    return stats.stair_migrated_tuples - stats.stair_demotions
+
+
+def work(stats, base: int) -> int:
+    """The tuples a run handled: the ``base`` tuples read, the intermediate tuples the
+    joins made and the tuples state migration inserted."""
+    return base + join_work(stats) + moved(stats)
+
+
 def measure(fn, repeat: int):
-    run = fn()  # warm-up, and the stats of one run
-    walls, cpus = [], []
-    for _ in range(repeat):
+    """(run, min wall s, min CPU s) over ``repeat`` calls (no warm-up with repeat 1)."""
+    best = None
+    for _ in range(max(1, repeat)):
         w0, c0 = time.perf_counter(), time.process_time()
         run = fn()
-        walls.append(time.perf_counter() - w0)
-        cpus.append(time.process_time() - c0)
-    return run, min(walls), min(cpus)
+        wall, cpu = time.perf_counter() - w0, time.process_time() - c0
+        if best is None or cpu < best[2]:
+            best = (run, wall, cpu)
+    return best
+
+
+def duck_count(sql: str, tables) -> int:
+    con = duckdb.connect()
+    for name, tab in tables.items():
+        con.register(name, tab)
+    return int(con.execute(sql).fetchone()[0])
+
+
+def row(label, run, wall, cpu, base: int) -> list[str]:
+    st = run.stats
+    return [
+        label,
+        fmt_ms(wall),
+        fmt_ms(cpu),
+        f"{join_work(st):,}",
+        str(st.stair_migrations),
+        f"{moved(st):,}",
+        f"{st.stair_demotions:,}",
+        f"{work(st, base):,}",
+    ]
+
+
+HEAD = ["run", "wall ms", "CPU ms", "join tuples out", "migrations", "moved", "demoted", "work"]
+
+
+def run_set(sql, cat, runs: dict, expected: int, repeat: int, base: int):
+    """Run each ``label -> kwargs`` of ``runs``; check the count; (rows, results).
+    ``base``: the base tuples every run reads."""
+    rows, results = [], {}
+    for label, kw in runs.items():
+        run, wall, cpu = measure(lambda kw=kw: run_query(sql, cat, **kw), repeat)
+        got = run.table.column(0)[0].as_py()
+        if got != expected:
+            raise SystemExit(f"{label}: {got} rows, DuckDB {expected}")
+        rows.append(row(label, run, wall, cpu, base))
+        results[label] = (run, wall, cpu)
+    return rows, results
+
+
+# ------------------------------------------------------------------------------- §5.4
+def section_54(args) -> None:
+    tables = stairs_tables(args.rows, args.fanout)
+    cat = catalog(tables, args.rate)
+    expected = duck_count(SQL_54, tables)
+    opts = {"batch_size": args.batch_size}
+    runs = {}
+    for js in ("stems", "eddyjoins", "stairs"):
+        for p in args.policies.split(","):
+            runs[f"{js} {p}"] = {"policy": p, "join_state": js, **opts}
+    for label, order in (
+        ("static: S to R⋈S first", ("join:r-s", "join:s-t")),
+        ("static: S to S⋈T first", ("join:s-t", "join:r-s")),
+    ):
+        runs[label] = {"policy": "static", "order": order, "join_state": "eddyjoins", **opts}
+    base = sum(len(t) for t in tables.values())
+    rows, results = run_set(SQL_54, cat, runs, expected, args.repeat, base)
+    w0 = time.perf_counter()
+    duck_count(SQL_54, tables)
+    rows.append(["duckdb", fmt_ms(time.perf_counter() - w0), "", "", "", "", "", ""])
+    print_table(
+        f"§5.4: R⋈S⋈T, 3×{args.rows:,} rows, selectivities reversed halfway "
+        f"(rate {args.rate or 'unlimited'} rows/s per table; result {expected:,})",
+        HEAD,
+        rows,
+    )
+    best = min(
+        (v for k, v in results.items() if k.startswith("static")),
+        key=lambda v: work(v[0].stats, base),
+    )
+    for p in args.policies.split(","):
+        run, _, cpu = results[f"stairs {p}"]
+        console.print(
+            f"§5.4 target (STAIRs faster than the best static plan), stairs {p}: work "
+            f"{work(run.stats, base) / work(best[0].stats, base):.2f}× best static "
+            f"({join_work(run.stats) + moved(run.stats):,} vs {join_work(best[0].stats):,} "
+            "intermediate tuples), CPU "
+            f"{cpu / best[2]:.2f}×"
+        )
+
+
+# ------------------------------------------------------------------------------- Fig. 7
+def tpch(args) -> dict[str, pa.Table]:
+    tables = tpch_tables(args.sf, OUT / "tpch")
+    li = tables["lineitem"]
+    tables["lineitem"] = li.take(pc.sort_indices(li, [("l_shipdate", "ascending")]))
+    return tables
+
+
+def tpch_catalog(tables, seconds: float) -> Catalog:
+    return catalog(tables, {n: len(t) / seconds for n, t in tables.items()})
+
+
+def selection_sms(sql: str, cat: Catalog) -> tuple[str, ...]:
+    """The SM destinations of ``sql`` with EddyJoins (first in a static order)."""
+    text = explain(sql, cat, join_state="eddyjoins")
+    names = re.search(r"destinations \(default static order\):\s*(.+)", text).group(1)
+    return tuple(n.strip() for n in names.split(",") if n.strip().startswith("sm"))
+
+
+def fig7_runs(args, cat: Catalog) -> dict:
+    p, opts = args.policy, {"batch_size": args.batch_size}
+    sms = selection_sms(TPCH_SQL, cat)
+    runs = {
+        f"{js} {p}": {"policy": p, "join_state": js, **opts}
+        for js in ("stairs", "eddyjoins", "stems")
+    }
+    for label, order in (
+        ("static: orders to customer⋈orders first", ("join:c-o", "join:o-l")),
+        ("static: orders to orders⋈lineitem first", ("join:o-l", "join:c-o")),
+    ):
+        runs[label] = {
+            "policy": "static",
+            "order": (*sms, *order),
+            "join_state": "eddyjoins",
+            **opts,
+        }
+    return runs
+
+
+def section_7i(args, tables) -> dict:
+    cat = tpch_catalog(tables, args.seconds)
+    expected = duck_count(TPCH_SQL, tables)
+    base = sum(len(t) for t in tables.values())
+    rows, results = run_set(TPCH_SQL, cat, fig7_runs(args, cat), expected, args.repeat, base)
+    sizes = ", ".join(f"{n} {len(t):,}" for n, t in tables.items())
+    print_table(
+        f"Fig. 7(i): TPC-H SF{args.sf:g} ({sizes}), lineitem by l_shipdate, rates ∝ size "
+        f"(~{args.seconds:g} s), policy {args.policy}; result {expected:,}",
+        HEAD,
+        rows,
+    )
+    statics = [v for k, v in results.items() if k.startswith("static")]
+    best = min(statics, key=lambda v: work(v[0].stats, base))
+    s, e, m = (results[f"{js} {args.policy}"] for js in ("stairs", "eddyjoins", "stems"))
+
+    def ratio(a, b) -> str:
+        wa, wb = work(a[0].stats, base), work(b[0].stats, base)
+        return f"work {wa / wb:.3f}×, CPU {a[2] / b[2]:.2f}×"
+
+    console.print(
+        "Fig. 7(i) targets (STAIRs within 1.15× of best static; faster than EddyJoins "
+        f"and SteMs): STAIRs vs best static {ratio(s, best)}; vs EddyJoins {ratio(s, e)}; "
+        f"vs SteMs {ratio(s, m)}"
+    )
+    return results
+
+
+def section_7ii(args, tables) -> None:
+    cat = tpch_catalog(tables, args.seconds)
+    expected = duck_count(TPCH_SQL, tables)
+    total = sum(len(t) for t in tables.values())
+    rows = []
+    # As the paper's: STAIRs routing by the greedy plan, neither the routing decisions
+    # nor the state may change before the first check.
+    saved = stair.FIRST_CHECK, stair.GREEDY_ROUTING
+    stair.GREEDY_ROUTING = True
+    try:
+        for frac in [float(x) for x in args.delays.split(",")]:
+            stair.FIRST_CHECK = int(frac * total)
+            kw = {"policy": args.policy, "join_state": "stairs", "batch_size": args.batch_size}
+            _, res = run_set(TPCH_SQL, cat, {"x": kw}, expected, 1, total)
+            run, wall, cpu = res["x"]
+            st = run.stats
+            rows.append(
+                [
+                    f"{frac:.0%}",
+                    fmt_ms(wall),
+                    fmt_ms(cpu),
+                    f"{join_work(st):,}",
+                    str(st.stair_migrations),
+                    f"{moved(st):,}",
+                    f"{st.stair_demotions:,}",
+                    f"{work(st, total):,}",
+                    f"{moved(st) / work(st, total):.1%}",
+                ]
+            )
+    finally:
+        stair.FIRST_CHECK, stair.GREEDY_ROUTING = saved
+    print_table(
+        f"Fig. 7(ii): STAIRs routing by the greedy plan (SMs: {args.policy}), first routing "
+        "change and migration delayed until a fraction of the input was admitted",
+        ["first migration after", *HEAD[1:], "moved ÷ work"],
+        rows,
+    )
+
+
+def section_7iii(results: dict) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4))
+    for label, (run, _, _) in results.items():
+        log = run.stats.routing_table()
+        out = log.filter(pc.equal(log["destination"], "output"))
+        t = np.asarray(out["time_s"]) - (np.asarray(log["time_s"])[0] if len(log) else 0)
+        ax.plot(t, np.cumsum(np.asarray(out["tuples"])), label=label)
+    ax.set_xlabel("seconds since the first routing decision (wall clock, loaded machine)")
+    ax.set_ylabel("result rows")
+    ax.set_title("Fig. 7(iii): result rows over time (TPC-H query of §5.2)")
+    ax.legend(fontsize=7)
+    OUT.mkdir(exist_ok=True)
+    path = OUT / "stairs_fig7iii.png"
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    console.print(f"Fig. 7(iii): plotted to {path}")
+
+
+# ------------------------------------------------------------------------------- Fig. 8
+SIZES = (1_000, 10_000, 50_000, 100_000)
+
+
+def wisconsin(rng: np.random.Generator, scale: float) -> list[int]:
+    """The sizes of the 20 tables of §5.3 (five each of 1k, 10k, 50k, 100k rows)."""
+    return [max(100, int(s * scale)) for s in SIZES for _ in range(5)]
+
+
+def random_setup(rng: np.random.Generator, sizes: list[int]):
+    """One §5.3 setup: (sql, tables, rates, delays). Path or star of 4-5 relations drawn
+    from the 20 tables; per edge a key column with a random join selectivity (matches
+    per tuple of the larger side, 0-10 as the paper's), per table a selection ``u < k``
+    of random selectivity (none, 80%, 50% or 20%)."""
+    n = int(rng.integers(4, 6))
+    star = bool(rng.integers(2))
+    chosen = rng.choice(len(sizes), n, replace=False)
+    names = [f"w{i}" for i in chosen]
+    lens = {nm: sizes[i] for nm, i in zip(names, chosen, strict=True)}
+    edges = [(names[0], names[i]) if star else (names[i - 1], names[i]) for i in range(1, n)]
+    cols: dict[str, dict[str, np.ndarray]] = {nm: {} for nm in names}
+    for k, (x, y) in enumerate(edges):
+        fan = float(rng.uniform(0.01, 10.0))
+        domain = max(1, int(max(lens[x], lens[y]) / fan))
+        for nm in (x, y):
+            cols[nm][f"j{k}"] = rng.integers(0, domain, lens[nm])
+    tables, where = {}, []
+    for nm in names:
+        cols[nm]["u"] = rng.integers(0, 1000, lens[nm])
+        tables[nm] = pa.table(cols[nm])
+        sel = int(rng.choice([1000, 1000, 800, 500, 200]))
+        if sel < 1000:
+            where.append(f"{nm}.u < {sel}")
+    where += [f"{x}.j{k} = {y}.j{k}" for k, (x, y) in enumerate(edges)]
+    sql = f"SELECT count(*) FROM {', '.join(names)} WHERE {' AND '.join(where)}"
+    rates = {nm: lens[nm] / float(rng.uniform(0.1, 0.6)) for nm in names}
+    delays = {nm: float(rng.uniform(0, 0.2)) for nm in names}
+    return sql, tables, rates, delays
+
+
+def section_8(args) -> None:
+    rng = np.random.default_rng(args.seed)
+    sizes = wisconsin(rng, args.scale)
+    techniques = ("stairs", "eddyjoins", "stems")
+    ratios = {"eddyjoins": [], "stems": [], "better": []}
+    cpu_ratios: list[float] = []
+    cpu_totals: dict[str, list[float]] = {"stairs": [], "better": []}
+    done = drawn = 0
+    while done < args.setups:
+        drawn += 1
+        sql, tables, rates, delays = random_setup(rng, sizes)
+        expected = duck_count(sql, tables)
+        if expected > args.max_result:
+            continue  # too large a result for a short run: draw again
+        cat = catalog(tables, rates, delays)
+        seed = int(rng.integers(1 << 20))
+        runs = {
+            js: {
+                "policy": args.policy,
+                "join_state": js,
+                "seed": seed,
+                "batch_size": args.batch_size,
+            }
+            for js in techniques
+        }
+        base = sum(len(t) for t in tables.values())
+        _, res = run_set(sql, cat, runs, expected, args.repeat, base)
+        w = {js: work(res[js][0].stats, base) for js in techniques}
+        ratios["eddyjoins"].append(w["stairs"] / w["eddyjoins"])
+        ratios["stems"].append(w["stairs"] / w["stems"])
+        ratios["better"].append(w["stairs"] / min(w["eddyjoins"], w["stems"]))
+        cpu_ratios.append(res["stairs"][2] / min(res["eddyjoins"][2], res["stems"][2]))
+        cpu_totals["stairs"].append(res["stairs"][2])
+        cpu_totals["better"].append(min(res["eddyjoins"][2], res["stems"][2]))
+        done += 1
+        if done % 10 == 0:
+            console.print(f"  Fig. 8: {done}/{args.setups} setups")
+    better = np.asarray(ratios["better"])
+    rows = []
+    for k, label in (
+        ("eddyjoins", "vs EddyJoins"),
+        ("stems", "vs SteMs"),
+        ("better", "vs better of the two"),
+    ):
+        r = np.asarray(ratios[k])
+        rows.append(
+            [
+                label,
+                f"{np.mean(r <= 1.0):.0%}",
+                f"{np.mean(r <= 1.1):.0%}",
+                f"{np.median(r):.2f}",
+                f"{r.max():.2f}",
+                f"{r.min():.3f}",
+            ]
+        )
+    print_table(
+        f"Fig. 8: {done} random setups (§5.3; tables {args.scale:g}× 1k-100k rows, policy "
+        f"{args.policy}; {drawn - done} redrawn for results > {args.max_result:,}): STAIRs' "
+        "work ÷ the other's",
+        ["STAIRs", "≤ 1.0×", "≤ 1.1×", "median", "worst", "best"],
+        rows,
+    )
+    cpu = np.asarray(cpu_ratios)
+    console.print(
+        f"Fig. 8 targets (≤ 1.1× the better of SteMs/EddyJoins in ≥ 80%, never > 2.5×): "
+        f"work ≤ 1.1× in {np.mean(better <= 1.1):.0%}, worst {better.max():.2f}×; CPU ≤ 1.1× "
+        f"in {np.mean(cpu <= 1.1):.0%}, median {np.median(cpu):.2f}×, worst {cpu.max():.2f}×, "
+        f"sum over setups {sum(cpu_totals['stairs']) / sum(cpu_totals['better']):.3f}×"
+    )
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(10, 3.5))
+    for ax, k, title in ((axes[0], "stems", "SteMs"), (axes[1], "eddyjoins", "EddyJoins")):
+        r = np.sort(np.asarray(ratios[k]))[::-1]
+        # As the paper plots: the slower ÷ the faster, gray where STAIRs are slower.
+        heights = np.where(r >= 1, r, 1 / r)
+        ax.bar(range(len(r)), heights, color=np.where(r > 1, "lightgray", "dimgray"), width=1.0)
+        ax.set_yscale("log")
+        ax.set_title(f"STAIRs vs {title} (dark: STAIRs faster)")
+        ax.set_xlabel("setups, by benefit of STAIRs")
+        ax.set_ylabel("slower ÷ faster (work)")
+    OUT.mkdir(exist_ok=True)
+    path = OUT / "stairs_fig8.png"
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    console.print(f"Fig. 8: plotted to {path}")
 
 
 def main(argv: list[str] | None = None) -> int:
     engine_or_exit()
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--rows", type=int, default=50_000)
+    ap.add_argument("--sections", default="5.4,7i,7ii,7iii,8")
+    ap.add_argument("--rows", type=int, default=50_000, help="§5.4 rows per table")
     ap.add_argument("--fanout", type=int, default=5)
-    ap.add_argument("--rate", type=float, default=0.0)
-    ap.add_argument("--repeat", type=int, default=3)
-    ap.add_argument("--policies", default="lottery,rank")
+    ap.add_argument("--rate", type=float, default=200_000.0, help="§5.4 rows/s per table")
+    ap.add_argument("--repeat", type=int, default=1)
+    ap.add_argument("--policies", default="hybrid,rank,lottery", help="§5.4")
+    ap.add_argument("--policy", default="hybrid", help="Fig. 7 and 8")
     ap.add_argument("--batch-size", type=int, default=None)
-    args = ap.parse_args(argv)
-    tables = stairs_tables(args.rows, args.fanout)
-    cat = catalog(tables, args.rate)
-    opts = {"batch_size": args.batch_size}
-    runs = {}
-    for join_state in ("stems", "eddyjoins", "stairs"):
-        for policy in args.policies.split(","):
-            runs[f"{join_state} {policy}"] = lambda js=join_state, p=policy: run_query(
-                SQL, cat, policy=p, join_state=js, **opts
-            )
-    for label, order in (
-        ("eddyjoins static: S to R⋈S first", ("join:r-s", "join:s-t")),
-        ("eddyjoins static: S to S⋈T first", ("join:s-t", "join:r-s")),
-    ):
-        runs[label] = lambda order=order: run_query(
-            SQL, cat, policy="static", order=order, join_state="eddyjoins", **opts
-        )
-    rows, results = [], {}
-    for label, fn in runs.items():
-        run, wall, cpu = measure(fn, args.repeat)
-        st = run.stats
-        results[label] = run.table.column(0)[0].as_py()
-        rows.append(
-            [
-                label,
-                fmt_ms(wall),
-                fmt_ms(cpu),
-                f"{join_work(st):,}",
-                str(st.stair_migrations),
-                f"{st.stair_migrated_tuples:,}",
-            ]
-        )
-    con = duckdb.connect()
-    for name, tab in tables.items():
-        con.register(name, tab)
-    w0 = time.perf_counter()
-    results["duckdb"] = con.execute(SQL).fetchone()[0]
-    rows.append(["duckdb", fmt_ms(time.perf_counter() - w0), "", "", "", ""])
-    if len(set(results.values())) != 1:
-        raise SystemExit(f"results differ: {results}")
-    print_table(
-        f"STAIRs §5.4: R⋈S⋈T, 3×{args.rows:,} rows, selectivities reversed halfway "
-        f"(rate {args.rate or 'unlimited'} rows/s; result {results['duckdb']:,})",
-        ["run", "wall ms", "CPU ms", "join tuples out", "migrations", "tuples moved"],
-        rows,
+    ap.add_argument("--sf", type=float, default=0.1)
+    ap.add_argument("--seconds", type=float, default=4.0, help="Fig. 7 stream duration")
+    ap.add_argument("--delays", default="0,0.2,0.4,0.6,0.8,1.0", help="Fig. 7(ii)")
+    ap.add_argument("--setups", type=int, default=100)
+    ap.add_argument("--scale", type=float, default=0.2, help="Fig. 8 table sizes")
+    ap.add_argument("--max-result", type=int, default=2_000_000)
+    ap.add_argument("--seed", type=int, default=2004)
+    ap.add_argument(
+        "--stairs-routing",
+        choices=("greedy", "policy"),
+        default="greedy" if stair.GREEDY_ROUTING else "policy",
+        help="STAIRs route among joins by the greedy plan (§4.1) or by the policy",
     )
+    args = ap.parse_args(argv)
+    stair.GREEDY_ROUTING = args.stairs_routing == "greedy"
+    sections = set(args.sections.split(","))
+    if "5.4" in sections:
+        section_54(args)
+    if sections & {"7i", "7ii", "7iii"}:
+        tables = tpch(args)
+        results = section_7i(args, tables) if sections & {"7i", "7iii"} else {}
+        if "7ii" in sections:
+            section_7ii(args, tables)
+        if "7iii" in sections:
+            section_7iii(results)
+    if "8" in sections:
+        section_8(args)
     return 0
 
 

@@ -223,7 +223,8 @@ def _stairs_section(plan: Plan) -> list[str]:
         f"STAIRs (join_state={plan.join_state!r}: symmetric hash joins of a spanning tree, "
         "two dual STAIRs each; "
         + (
-            "state migrated when the greedy routing decisions change):"
+            "state migrated when the greedy routing decisions change: misrouted base "
+            "tuples promoted through their new join, tuples holding them demoted):"
             if plan.join_state == "stairs"
             else "no state migration):"
         )

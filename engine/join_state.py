@@ -6,8 +6,9 @@ EddyJoins baseline of stairs-2004 §2.1 and §5: one pipelined symmetric hash jo
 of a spanning tree of the query graph, broken into two dual STAIRs
 (:mod:`eddies.modules.stair`), whose order the eddy picks tuple by tuple. Edges that close
 a cycle are SMs over composite tuples. ``join_state="stairs"`` adds state migration
-(§3.1.1, §4.2): at quiescent points, when the greedy plan of §4.1 changes, intermediate
-tuples are demoted and base tuples promoted along the new plan
+(§3.1.1, §3.2, §4): at points of stasis, the base tuples the greedy plan of §4.1 would now
+send to another join, where moving them pays, are moved — every stored tuple holding one
+demoted, the base tuples promoted through the new join
 (:class:`eddies.modules.stair.StairMigrator`).
 
 :func:`with_join_state` rewrites a planned query's destinations for the chosen join state

@@ -139,7 +139,13 @@ def lower(
         if d.kind is DestinationKind.JOIN:  # STAIRs (eddies.engine.join_state)
             joins[d.id] = StairJoin(d.name, graph.predicates[d.predicate], stores, names)
             modules[d.module] = joins[d.id]
-    migrator = StairMigrator(joins, graph, stats) if plan.join_state == "stairs" else None
+    migrator = (
+        StairMigrator(
+            joins, graph, stats, totals={a: st.preloaded_rows for a, st in stores.items()}
+        )
+        if plan.join_state == "stairs"
+        else None
+    )
     for p in graph.predicates:
         if not p.step:
             modules[p.name] = SelectionModule(p, stores, ledger)
@@ -181,8 +187,12 @@ def lower(
         for name in modules
     }
     to_eddy, inbox = trio.open_memory_channel(math.inf)
+    routing_table = RoutingTable(graph, plan.destinations)
+    if migrator is not None and migrator.routes:  # greedy routing (stairs-2004 §4.1)
+        routing_table.set_join_choice(migrator.choice)
+        migrator.on_plan_change = routing_table.forget
     eddy = Eddy(
-        RoutingTable(graph, plan.destinations),
+        routing_table,
         make_policy(
             options.policy,
             plan.destinations,

@@ -69,6 +69,22 @@ class _Group:
     def __len__(self) -> int:
         return len(self.keys)
 
+    def batch(self) -> TupleBatch:
+        """The group's tuples (row id views; timestamps 0: STAIRs need none)."""
+        return TupleBatch(
+            self.signature,
+            {a: ids.view() for a, ids in self.rows.items()},
+            np.zeros(len(self), dtype=np.int64),
+        )
+
+
+def _among(values: np.ndarray, sorted_ids: np.ndarray) -> np.ndarray:
+    """Mask of ``values`` found in ``sorted_ids`` (binary search, vectorized)."""
+    if not len(sorted_ids) or not len(values):
+        return np.zeros(len(values), dtype=bool)
+    pos = np.minimum(np.searchsorted(sorted_ids, values), len(sorted_ids) - 1)
+    return sorted_ids[pos] == values
+
 
 class Stair:
     """One STAIR: ``relation`` (an alias) on the key ``columns`` of one join edge.
@@ -121,22 +137,56 @@ class Stair:
                 stored.extend(new)
         group.index.insert(keys, np.arange(start, start + len(keys), dtype=np.int64))
 
-    def clear(self) -> None:
-        """Forget every stored tuple (the start of a state migration)."""
-        self.groups = {}
+    def count(self, span: int) -> int:
+        """Stored tuples of ``span`` (any Done bits)."""
+        return sum(len(g) for s, g in self.groups.items() if s.span == span)
 
-    def base_tuples(self) -> list[TupleBatch]:
-        """The stored tuples that are base tuples of ``relation`` (span of one alias), one
-        batch per signature (their Done bits are the SMs they passed before the join)."""
-        return [
-            TupleBatch(
-                g.signature,
-                {a: ids.view() for a, ids in g.rows.items()},
-                np.zeros(len(g), dtype=np.int64),
+    def batches(self, span: int) -> list[TupleBatch]:
+        """The stored tuples of ``span``, one batch per signature (views, not copies)."""
+        return [g.batch() for s, g in self.groups.items() if s.span == span and len(g)]
+
+    def holding(self, alias: int, ids: np.ndarray) -> int:
+        """Stored tuples whose ``alias`` component is one of ``ids`` (sorted)."""
+        return sum(
+            int(np.count_nonzero(_among(g.rows[alias].view(), ids)))
+            for s, g in self.groups.items()
+            if s.span >> alias & 1
+        )
+
+    def remove(self, alias: int, ids: np.ndarray) -> int:
+        """Drop every stored tuple whose ``alias`` component is one of ``ids`` (sorted);
+        returns how many (a demotion of those tuples, stairs-2004 §3.1.1). The groups
+        concerned keep their other rows, their index filtered (no re-sort)."""
+        removed = 0
+        for sig, g in list(self.groups.items()):
+            if not sig.span >> alias & 1:
+                continue
+            drop = _among(g.rows[alias].view(), ids)
+            n = int(np.count_nonzero(drop))
+            if not n:
+                continue
+            removed += n
+            keep = np.flatnonzero(~drop)
+            group = _Group(
+                sig,
+                {a: GrowableArray(np.int64, max(64, len(keep))) for a in g.rows},
+                codes=[GrowableArray(np.int64, max(64, len(keep))) for _ in g.codes],
+                index=g.index.without(drop),
             )
-            for g in self.groups.values()
-            if g.signature.span == 1 << self.relation and len(g)
-        ]
+            for a, ids_ in g.rows.items():
+                group.rows[a].extend(ids_.view()[keep])
+            group.keys.extend(g.keys.view()[keep])
+            for stored, old in zip(group.codes, g.codes, strict=True):
+                stored.extend(old.view()[keep])
+            self.groups[sig] = group
+        return removed
+
+    def take(self, span: int) -> list[TupleBatch]:
+        """Remove the stored tuples of ``span`` and return them, one batch per signature
+        (state migration: step 1 of a promotion, or a demotion, stairs-2004 §3.1.1)."""
+        out = self.batches(span)
+        self.groups = {s: g for s, g in self.groups.items() if s.span != span}
+        return out
 
     def probe(
         self,
@@ -220,6 +270,23 @@ class StairJoin(Module):
         dual = self.stairs[self.edge.other(side)]
         return self.joined(batch, dual.probe(keys, codes, valid, skip))
 
+    def store(self, batch: TupleBatch) -> None:
+        """Insert ``batch`` into its side's STAIR without probing (a migration relocating
+        tuples: steps 1-2 of a promotion, stairs-2004 §3.1.1)."""
+        if len(batch):
+            side = self.side_of(batch.signature.span)
+            self.stairs[side].insert(batch, *self.keys_of(batch, side, grow=True))
+
+    def join_with(self, batch: TupleBatch, span: int) -> list[TupleBatch]:
+        """Probe the dual STAIR with ``batch``, matching only stored tuples of ``span``,
+        inserting nothing (a migration making super-tuples: step 3 of a promotion)."""
+        if not len(batch):
+            return []
+        side = self.side_of(batch.signature.span)
+        keys, codes, valid = self.keys_of(batch, side, grow=False)
+        dual = self.stairs[self.edge.other(side)]
+        return self.joined(batch, dual.probe(keys, codes, valid, lambda s: s.span != span))
+
     def joined(self, batch: TupleBatch, matches) -> list[TupleBatch]:
         """Concatenate probe tuples with their matches, one batch per stored signature."""
         sig = batch.signature
@@ -240,12 +307,28 @@ log = structlog.get_logger("eddies.modules")
 #: source tuples were admitted (the paper's eddy could change its routing every 1000
 #: tuples, stairs-2004 §5.1).
 CHECK_EVERY = 1000
-#: Tests: a seed makes every check migrate, to plans drawn at random (state migration
-#: under arbitrary decisions must still give every result exactly once); None: greedy.
+#: After the first check, no greedy check (routing change or migration) before this
+#: many admitted source tuples (bench/stairs.py, Fig. 7(ii): the cost of state
+#: migration as the first change of the early routing decisions is delayed).
+FIRST_CHECK = 0
+#: True: join_state="stairs" routes tuples among the joins by the greedy plan of §4.1, as
+#: the paper's STAIRs do (the policy still orders SMs and the join). False (default): the
+#: policy routes, as with EddyJoins, and the migrator moves the cohorts it misrouted — on
+#: bench/stairs.py this made 4-14× fewer intermediate tuples than greedy routing.
+GREEDY_ROUTING = False
+#: The guard counts a vectorized scan over one stored tuple as this fraction of the cost
+#: of making one intermediate tuple (a migration scans every stored tuple holding the
+#: cohort's relation to demote).
+SCAN_COST = 0.02
+#: Tests: a seed forces migrations — at each point of stasis, with probability
+#: ``RANDOM_MIGRATION_P``, a random cohort moves to a random other join, its
+#: intermediate results routed by random choices (state migration at arbitrary points
+#: and to arbitrary plans must still give every result exactly once); None: greedy.
 RANDOM_PLANS_SEED: int | None = None
-#: Connected sets of aliases a plan is compared on (a star of n tables has 2^(n-1) + n);
-#: beyond it only the decisions for base tuples are compared.
-MAX_PLAN_SPANS = 4096
+RANDOM_MIGRATION_P = 0.5
+#: The greedy policy's hysteresis (§4.2, thrashing): a cohort is a candidate only when
+#: its new join's cumulative selectivity is at least this fraction below its old one's.
+MIGRATION_MARGIN = 0.2
 
 
 class GreedyPlan:
@@ -272,6 +355,7 @@ class GreedyPlan:
         self.fanout = fanout
         self.random = random
         self._choices: dict[int, int] = {}
+        self._cumulative: dict[tuple[int, int], float] = {}
 
     def choice(self, span: int) -> int:
         found = self._choices.get(span)
@@ -295,6 +379,12 @@ class GreedyPlan:
 
     def cumulative(self, span: int, d: int) -> float:
         """The product of fan-outs from ``span`` through join ``d`` and every join beyond."""
+        found = self._cumulative.get((span, d))
+        if found is None:
+            found = self._cumulative[(span, d)] = self._cumulate(span, d)
+        return found
+
+    def _cumulate(self, span: int, d: int) -> float:
         total = 1.0
         frontier = [(d, self.joins[d].side_of(span))]
         seen = {d}
@@ -309,33 +399,52 @@ class GreedyPlan:
         return total
 
 
+@dataclass
+class Cohort:
+    """The base tuples of ``alias`` first routed to join ``source`` (their singletons are
+    stored in its STAIR on ``alias``), to be moved to join ``target``: the paper's S^R
+    (S tuples routed to R ⋈ S, stairs-2004 §3.2). ``ids``: their row ids, sorted."""
+
+    alias: int
+    source: int
+    target: int
+    ids: np.ndarray
+
+
 class StairMigrator:
-    """State migration between STAIRs under the greedy policy of stairs-2004 §4.2: when
-    the routing decisions change, migrate the state eagerly, as if every tuple seen so far
-    had been routed by the new decisions (§3.2, Figure 6).
+    """State migration between STAIRs by promotion and demotion (stairs-2004 §3.1.1,
+    §3.2, §4.2), moving only the tuples of the cohorts whose routing decision changed.
 
-    Called at points of stasis (nothing in flight: stairs-2004 App. A), every
-    ``CHECK_EVERY`` admitted source tuples, twice as many after each migration (back-off).
-    It computes a :class:`GreedyPlan` from the router's estimates; when the plan's choice
-    differs from the last one for some span, it migrates:
+    The eddy routes tuples to the joins by its policy, as with EddyJoins (or, with
+    ``GREEDY_ROUTING``, by the current plan: :meth:`choice`, asked by the routing table,
+    ``on_plan_change`` telling it to forget its entries). Every ``CHECK_EVERY`` admitted
+    source tuples, at a point of stasis (nothing in flight or buffered: App. A), the
+    greedy policy computes a :class:`GreedyPlan` from the router's estimates. A *cohort*
+    — the base tuples of one relation X whose first join was e while the plan now sends
+    X to e' (cumulative selectivity ``MIGRATION_MARGIN`` lower) — is migrated, as Figure 6
+    does for S^R, as far as its tuples are worth moving (:meth:`worth_moving`, per tuple):
 
-    1. **demotion** of every stored tuple to its base tuple: each base tuple seen (and
-       passed by its SMs before its first join) is stored exactly once, with its own span,
-       in the STAIR of the first join it was routed to; those are kept, every
-       intermediate tuple is dropped;
-    2. **promotion** along the new plan: the base tuples are routed again through the
-       STAIRs (insert into one, probe the dual), their intermediate results on to the
-       next join the plan picks, and so on; joins that would complete a result skip it
-       (every result of the tuples seen was produced already).
+    1. **demotion**: every stored tuple containing a cohort tuple is removed (the
+       intermediate tuples the cohort made through e, wherever they went on; the
+       singletons themselves come out of e's STAIR);
+    2. **promotion**: the cohort is routed again, as if it arrived now, into e' (insert
+       into X's STAIR of e', probe the dual) and its intermediate results on through the
+       joins the plan picks, except that joins which would complete a result skip it:
+       every result containing a cohort tuple was produced already.
 
-    The state is then exactly what an EddyJoins run routing by the plan from the start
-    would hold at this point, over the same tuples (up to tuples with a NULL join key,
-    which are in no result); such a state produces every later
-    result exactly once whatever the eddy routes next (the correctness of eddies with
-    symmetric hash joins, stairs-2004 App. A, Lemmas A.3-A.4). This rebuilds the whole
-    state rather than moving only what the changed decision touches (the paper's
-    promote/demote per tuple): its local duplicate rule (Invariant B, §3.1.2) does not by
-    itself keep a migrated state duplicate-free (docs/concepts.md, "STAIRs").
+    Batches move whole (numpy masks and Arrow-style take, no per-row loop).
+    Correctness: removing every stored tuple containing the cohort leaves the state of
+    the same routing history without the cohort (no other stored tuple depends on it);
+    routing it again is an EddyJoins history in which the cohort arrived last. From such
+    a state every result not produced yet comes exactly once, whatever the eddy routes or
+    migrates next (symmetric hash joins meet each pair of tuples once; App. A, Lemmas
+    A.3-A.4), and the results the cohort completes now were all produced before (A.4 at
+    the previous point of stasis). Invariant B of §3.1.2 alone would not guarantee it
+    (docs/concepts.md, "STAIRs"), which is why every tuple holding a moved base tuple
+    goes. Points of stasis are needed for that argument (a tuple in flight holding a
+    cohort tuple would be stored after its demotion), as in the paper's App. A.
+
+    ``totals``: rows per alias when known (in-memory tables), for the input to come.
     """
 
     def __init__(
@@ -344,34 +453,165 @@ class StairMigrator:
         graph: QueryGraph,
         stats: RunStats,
         random: np.random.Generator | None = None,
+        totals: dict[int, int | None] | None = None,
     ) -> None:
         self.joins = joins
         self.graph = graph
         self.stats = stats
         if random is None and RANDOM_PLANS_SEED is not None:
             random = np.random.default_rng(RANDOM_PLANS_SEED)
-        self.random = random  # tests: migrate at every check, to random plans
-        self.plan: GreedyPlan | None = None
+        self.random = random
+        self.totals = totals or {}
         self._checked_at = 0
-        # Back-off against thrashing (§4.2 plans one): each greedy migration doubles the
-        # admitted tuples until the next check, so a run migrates O(log n) times.
         self._interval = CHECK_EVERY
-        self._spans = _connected_spans(graph, joins)
+        self.routes = GREEDY_ROUTING and random is None
+        self.plan = GreedyPlan(joins, {})
+        self.on_plan_change: Callable[[], None] | None = None
+        self._moves: set[tuple[int, int, int]] = set()  # (alias, from, to) done
+        self._looked: dict[tuple[int, int, int], int] = {}  # cohort -> admitted then
 
     def at_stasis(self, admitted: int) -> None:
         """The eddy is at a point of stasis with ``admitted`` source tuples admitted."""
-        if not self.joins or admitted - self._checked_at < self._interval:
+        if not self.joins:
+            return
+        if self.random is not None:
+            if self.random.random() < RANDOM_MIGRATION_P:
+                plan = GreedyPlan(self.joins, {}, self.random)
+                cohorts = self.cohorts(None)
+                if cohorts:
+                    self.migrate(cohorts[int(self.random.integers(len(cohorts)))], plan)
+            return
+        # every CHECK_EVERY tuples, or every 1/32 of those admitted so far: a long run
+        # checks O(log n) times more, not n / 1000 times (each check builds a plan)
+        interval = max(self._interval, admitted // 32)
+        if admitted - self._checked_at < interval or (admitted < FIRST_CHECK and self._checked_at):
             return
         self._checked_at = admitted
-        plan = GreedyPlan(self.joins, self._fanouts(), self.random)
-        if self.plan is None and self.random is None:
-            self.plan = plan  # the first decisions: nothing to undo yet
-            return
-        if self.random is None and all(plan.choice(s) == self.plan.choice(s) for s in self._spans):
-            return
-        self.migrate(plan)
-        if self.random is None:
-            self._interval *= 2
+        plan = GreedyPlan(self.joins, self._fanouts())
+        if self.routes:
+            self.plan = plan
+            if self.on_plan_change is not None:
+                self.on_plan_change()
+        for cohort in self.cohorts(plan, admitted):
+            if (cohort.alias, cohort.target, cohort.source) in self._moves:
+                self._interval *= 2  # moving back: a sign of thrashing, back off
+            self._moves.add((cohort.alias, cohort.source, cohort.target))
+            self.migrate(cohort, plan)
+
+    def choice(self, span: int) -> int | None:
+        """The join a tuple of ``span`` goes to under greedy routing (None: all aliases)."""
+        return None if span == self.graph.all_aliases else self.plan.choice(span)
+
+    def cohorts(self, plan: GreedyPlan | None, admitted: int = 0) -> list[Cohort]:
+        """The cohorts to migrate now. Greedy: for each relation X and join e holding
+        singletons of X while the plan sends X to e' with a cumulative selectivity
+        ``MIGRATION_MARGIN`` lower, the tuples of that cohort worth moving
+        (:meth:`worth_moving`); each cohort looked at again only once the admitted tuples
+        grew by a quarter (stages, not a check every ``CHECK_EVERY``). With no plan
+        (``self.random``): a random part of each cohort, to a random other join."""
+        out = []
+        for a in self.graph.aliases:
+            alias, span = a.index, 1 << a.index
+            options = [d for d, j in self.joins.items() if alias in (j.edge.left, j.edge.right)]
+            for d in options:
+                if plan is None:
+                    others = [o for o in options if o != d]
+                    target = others[int(self.random.integers(len(others)))] if others else d
+                else:
+                    target = plan.choice(span)
+                    worse = plan.cumulative(span, target) >= (
+                        1 - MIGRATION_MARGIN
+                    ) * plan.cumulative(span, d)
+                    key = (alias, d, target)
+                    if worse or admitted < 1.25 * self._looked.get(key, 0):
+                        continue
+                    self._looked[key] = admitted
+                batches = self.joins[d].stairs[alias].batches(span)
+                if target == d or not batches:
+                    continue
+                ids = np.sort(np.concatenate([b.rows[alias] for b in batches]), kind="stable")
+                cohort = Cohort(alias, d, target, ids)
+                if plan is None:
+                    cohort.ids = ids[self.random.random(len(ids)) < 0.7]
+                else:
+                    cohort.ids = self.worth_moving(cohort, admitted, plan)
+                if len(cohort.ids):
+                    out.append(cohort)
+        return out
+
+    def worth_moving(self, cohort: Cohort, admitted: int, plan: GreedyPlan) -> np.ndarray:
+        """The guard against thrashing and late migrations (§4.2), per tuple. A tuple x
+        of the cohort made ``d_x`` stored intermediate tuples through its join so far
+        (one vectorized pass over the stored tuples holding the cohort's relation) and
+        would make ``p_x`` through the target now (probing its dual with the cohort).
+        Left where it is, x is expected to meet ``max(d_x × ahead, f × n / s)`` more
+        partners: its past repeated over the input still to come (``ahead`` = rows known
+        minus admitted, over admitted; 1 when unknown), or the partners' side's current
+        fan-out ``f`` (router estimates) over the ``n`` partner rows still to come, spread
+        over the ``s`` tuples stored beside x (when the partners' selectivity changed,
+        the past says little). Likewise at the target, with ``p_x``. Moving x pays when
+        it saves more than it costs now: ``1 + p_x`` (the relocation and the promotions;
+        demotions drop tuples). Returns the sorted ids of the tuples for which it pays."""
+        ids, alias = cohort.ids, cohort.alias
+        made = self._made(ids, alias)
+        totals = list(self.totals.values())
+        known = bool(totals) and all(t is not None for t in totals) and admitted > 0
+        ahead = max(sum(totals) - admitted, 0) / admitted if known else 1.0
+        left = max(1.0 - admitted / sum(totals), 0.0) if known else None
+
+        def spread(d: int) -> float:
+            """f × n / s at join d for the cohort's side."""
+            join = self.joins[d]
+            far = join.edge.other(alias)
+            stored = len(join.stairs[alias])
+            total = self.totals.get(far)
+            to_come = total * left if left is not None and total else len(join.stairs[far])
+            return plan.fanout.get((d, far), 0.0) * to_come / max(stored, 1)
+
+        stay = np.maximum(made * ahead, spread(cohort.source))
+        hopeful = np.flatnonzero(stay > 1)
+        if not len(hopeful):
+            return ids[:0]
+        cand = ids[hopeful]
+        sig = Signature(1 << alias, 0, True)
+        batch = TupleBatch(sig, {alias: cand}, np.zeros(len(cand), dtype=np.int64))
+        join = self.joins[cohort.target]
+        everything = self.graph.all_aliases
+        dual = join.stairs[join.edge.other(alias)]
+        keys, codes, valid = join.keys_of(batch, alias, grow=False)
+        promised = np.zeros(len(cand), dtype=np.int64)
+        for _, probe_idx, _ in dual.probe(
+            keys, codes, valid, lambda s: s.span | sig.span == everything
+        ):
+            promised += np.bincount(probe_idx, minlength=len(cand))
+        go = np.maximum(promised * ahead, spread(cohort.target))
+        gain = stay[hopeful] - go - (1 + promised)
+        moving = gain > 0
+        # A migration also scans every stored tuple holding the relation (to demote):
+        # what it saves must outweigh that scan too, or small cohorts cost more than
+        # they save.
+        scanned = sum(
+            len(g)
+            for j in self.joins.values()
+            for s in j.stairs.values()
+            for sig, g in s.groups.items()
+            if sig.span >> alias & 1
+        )
+        if gain[moving].sum() < SCAN_COST * scanned:
+            return ids[:0]
+        return cand[moving]
+
+    def _made(self, ids: np.ndarray, alias: int) -> np.ndarray:
+        """Per id of ``ids`` (sorted), the stored non-singleton tuples holding it."""
+        made = np.zeros(len(ids), dtype=np.int64)
+        for j in self.joins.values():
+            for s in j.stairs.values():
+                for sig, g in s.groups.items():
+                    if sig.span >> alias & 1 and sig.span != 1 << alias:
+                        comp = g.rows[alias].view()
+                        hit = _among(comp, ids)
+                        made += np.bincount(np.searchsorted(ids, comp[hit]), minlength=len(ids))
+        return made
 
     def _fanouts(self) -> dict[tuple[int, int], float]:
         """Per (join, side): decayed tuples out ÷ tuples in over every signature that
@@ -389,54 +629,40 @@ class StairMigrator:
                     acc[1] += est.tuples
         return {k: out / n for k, (out, n) in sums.items() if n > 0}
 
-    def migrate(self, plan: GreedyPlan) -> None:
-        """Rebuild every STAIR's state as routing by ``plan`` would have left it."""
-        base: deque[TupleBatch] = deque()
-        intermediate = 0
-        for join in self.joins.values():
-            for stair in join.stairs.values():
-                base.extend(stair.base_tuples())
-                intermediate += sum(
-                    len(g) for g in stair.groups.values() if g.signature.span != 1 << stair.relation
-                )
-                stair.clear()
-        everything = self.graph.all_aliases
-        promoted = 0
-        moved = 0
-        while base:
-            batch = base.popleft()
-            moved += len(batch)
-            if batch.signature.span & (batch.signature.span - 1):
-                promoted += len(batch)
-            join = self.joins[plan.choice(batch.signature.span)]
-            span = batch.signature.span
-            base.extend(join.route(batch, skip=lambda s, span=span: s.span | span == everything))
-        self.plan = plan
-        self.stats.stair_migrations += 1
-        self.stats.stair_demotions += intermediate
-        self.stats.stair_promotions += promoted
-        self.stats.stair_migrated_tuples += moved
-        log.debug(
-            "STAIR state migrated",
-            demoted=intermediate,
-            promoted=promoted,
-            stored=sum(len(s) for j in self.joins.values() for s in j.stairs.values()),
+    def migrate(self, cohort: Cohort, plan: GreedyPlan) -> None:
+        """Move ``cohort`` to its target join: demote, then promote (see the class);
+        ``plan`` routes its intermediate results."""
+        alias, span = cohort.alias, 1 << cohort.alias
+        singletons = [
+            b.take(np.flatnonzero(_among(b.rows[alias], cohort.ids)))
+            for b in self.joins[cohort.source].stairs[alias].batches(span)
+        ]
+        relocated = sum(len(b) for b in singletons)
+        removed = sum(
+            s.remove(alias, cohort.ids) for j in self.joins.values() for s in j.stairs.values()
         )
-
-
-def _connected_spans(graph: QueryGraph, joins: dict[int, StairJoin]) -> list[int]:
-    """Connected sets of aliases of the spanning tree, short of all (at most
-    ``MAX_PLAN_SPANS``; beyond, the singletons only)."""
-    spans = {1 << a.index for a in graph.aliases}
-    frontier = list(spans)
-    while frontier:
-        span = frontier.pop()
-        for j in joins.values():
-            if (span >> j.edge.left & 1) != (span >> j.edge.right & 1):
-                grown = span | 1 << j.edge.left | 1 << j.edge.right
-                if grown != graph.all_aliases and grown not in spans:
-                    spans.add(grown)
-                    frontier.append(grown)
-        if len(spans) > MAX_PLAN_SPANS:
-            return [1 << a.index for a in graph.aliases]
-    return sorted(spans)
+        demoted = removed - relocated
+        everything = self.graph.all_aliases
+        queue = deque((cohort.target, b) for b in singletons)
+        promoted = 0
+        while queue:
+            d, batch = queue.popleft()
+            promoted += len(batch) if batch.signature.span != span else 0
+            union = batch.signature.span
+            for made in self.joins[d].route(
+                batch, skip=lambda s, u=union: s.span | u == everything
+            ):
+                queue.append((plan.choice(made.signature.span), made))
+        self.stats.stair_migrations += 1
+        self.stats.stair_demotions += demoted
+        self.stats.stair_promotions += promoted
+        self.stats.stair_migrated_tuples += relocated + demoted + promoted
+        log.debug(
+            "STAIR cohort migrated",
+            alias=alias,
+            source=self.joins[cohort.source].name,
+            target=self.joins[cohort.target].name,
+            relocated=relocated,
+            demoted=demoted,
+            promoted=promoted,
+        )

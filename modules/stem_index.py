@@ -53,6 +53,18 @@ class SortedRunIndex:
                 )
             )
 
+    def without(self, dead: np.ndarray) -> SortedRunIndex:
+        """The index with the entries whose position is marked in ``dead`` (bool, one per
+        position) removed and the others renumbered densely (``position - dead before``):
+        each run filtered in place of order, no sort (STAIR demotions, stairs-2004 §3.1.1)."""
+        renumber = np.cumsum(~dead) - 1
+        out = SortedRunIndex()
+        for run in self._runs:
+            keep = ~dead[run.positions]
+            if keep.any():
+                out._runs.append(_Run.sorted_of(run.keys[keep], renumber[run.positions[keep]]))
+        return out
+
     def bounds(self, keys: np.ndarray) -> Bounds:
         """Per run, ``[lo, hi)`` of each key's entries: one lookup, for :meth:`counts` and
         :meth:`probe` to share (the runs are kept with them, so later merges do not
@@ -161,6 +173,17 @@ class _Run:
         else:
             order = np.argsort(slot, kind="stable")
         return cls(keys[order], positions[order], low, offsets)
+
+    @classmethod
+    def sorted_of(cls, keys: np.ndarray, positions: np.ndarray) -> _Run:
+        """A run of ``keys`` already in key order (offsets counted when dense)."""
+        low, high = int(keys[0]), int(keys[-1])
+        span = high - low + 1
+        if span > 4 * len(keys) + 1024:
+            return cls(keys, positions, low, None)
+        offsets = np.zeros(span + 1, dtype=np.int64)
+        np.cumsum(np.bincount(keys - low, minlength=span), out=offsets[1:])
+        return cls(keys, positions, low, offsets)
 
     def bounds(self, probe: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Per probe key, [lo, hi) of its entries in this run."""

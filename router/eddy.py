@@ -245,7 +245,7 @@ class Eddy:
                     self._buffered -= len(batch)
                     self._route(batch)
                 elif self._fresh_count and not self._admission_blocked():
-                    if self.stasis is not None and self._in_flight == 0 and not self._waiting:
+                    if self.stasis is not None and self._at_stasis():
                         self.stasis(self._admitted)
                     self._route(self._next_fresh())
                 elif self._finished():
@@ -280,6 +280,16 @@ class Eddy:
             self.ended = True
             if self.on_idle is not None:
                 self.on_idle()
+
+    def _at_stasis(self) -> bool:
+        """A point of stasis (stairs-2004 App. A): no Work in flight, nothing waiting,
+        deferred or parked, and the priority buffer empty — every admitted tuple fully
+        processed (fresh source batches may wait: they are not admitted yet)."""
+        return (
+            self._in_flight == 0
+            and not (self._priority or self._waiting or self._deferred)
+            and not any(self._parked.values())
+        )
 
     def idle(self) -> bool:
         """True when nothing is in flight, queued, parked or unread in the inbox: every

@@ -48,6 +48,7 @@ and an access chooser picks the module. AMs that failed are left out (failover).
 from __future__ import annotations
 
 import enum
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from eddies.router.query_graph import QueryGraph
@@ -145,6 +146,19 @@ class RoutingTable:
         self.failed: set[int] = set()  # ids of AMs that failed
         self.scanless: set[str] = set()  # tables whose every scan failed (lookups remain)
         self._entries: dict[Signature, RouteEntry] = {}
+        # join_state="stairs": span -> the one join a tuple of that span goes to (the
+        # greedy routing of stairs-2004 §4.1), None: every boundary join is offered.
+        self.join_choice: Callable[[int], int | None] | None = None
+
+    def set_join_choice(self, choice: Callable[[int], int | None] | None) -> None:
+        """Offer a tuple of span s only the STAIR join ``choice(s)`` (when not None); the
+        choices may change: call :meth:`forget` then."""
+        self.join_choice = choice
+        self._entries.clear()
+
+    def forget(self) -> None:
+        """Compute every entry again (the STAIR routing decisions changed)."""
+        self._entries.clear()
 
     def entry(self, sig: Signature) -> RouteEntry:
         found = self._entries.get(sig)
@@ -287,11 +301,12 @@ class RoutingTable:
             return RouteEntry((self.output,), (None,), complete=True)
         dests: list[int] = []
         edges: list[int | None] = []
+        chosen = self.join_choice(sig.span) if self.join_choice is not None else None
         for p in pending:
             if p.alias_mask & ~sig.span == 0:
                 dests.append(self._sm[p.index])
                 edges.append(None)
-            elif p.index in self._joins:
+            elif p.index in self._joins and chosen in (None, self._joins[p.index]):
                 e = p.edge
                 if (sig.span >> e.left & 1) != (sig.span >> e.right & 1):
                     dests.append(self._joins[p.index])

@@ -100,9 +100,11 @@ class RunStats:
     # A streaming aggregate's state (eddies.engine.incremental.AggregateStats: live and
     # evicted groups, late rows, the watermark); None for other queries.
     streaming_aggregate: Any = None
-    # STAIRs (stairs-2004 §3.1.1): state migrations done by the eddy; intermediate tuples
-    # demoted (dropped) and promoted (made again along the new plan), and every stored
-    # tuple re-inserted (all 0 with SteMs or EddyJoins; see eddies.modules.stair).
+    # STAIRs (stairs-2004 §3.1.1): state migrations (cohorts moved) done by the eddy;
+    # stored intermediate tuples demoted (removed: they contained a cohort's tuples),
+    # intermediate tuples promoted (made and stored by the cohort through its new join),
+    # and tuples migrated: demoted + promoted + the cohorts' base tuples relocated (all 0
+    # with SteMs or EddyJoins; see eddies.modules.stair.StairMigrator).
     stair_migrations: int = 0
     stair_promotions: int = 0
     stair_demotions: int = 0
