@@ -33,7 +33,7 @@ that names why (strategy ``"driver"``).
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -412,9 +412,10 @@ class _Payload:
     options: RunOptions = field(default_factory=RunOptions)
 
 
-def _bucket_catalog(payload: _Payload, slices: Mapping[str, pa.Table]) -> Catalog:
-    cat = Catalog()
-    for b in payload.broadcast:
+def add_broadcasts(cat: Catalog, broadcasts: Sequence[_Broadcast]) -> None:
+    """Register the tables shipped whole to every task (broadcast), as the driver had
+    them registered."""
+    for b in broadcasts:
         cat.add_table(
             b.name,
             b.table,
@@ -425,6 +426,11 @@ def _bucket_catalog(payload: _Payload, slices: Mapping[str, pa.Table]) -> Catalo
             delay=b.delay,
             access_name=b.access_name,
         )
+
+
+def _bucket_catalog(payload: _Payload, slices: Mapping[str, pa.Table]) -> Catalog:
+    cat = Catalog()
+    add_broadcasts(cat, payload.broadcast)
     for name, schema in payload.inputs:
         cat.add_table(name, conform(slices[name], schema, f"partition of table {name!r}"))
     for f in payload.functions:

@@ -76,6 +76,7 @@ from eddies.engine.partitioned import (
     _quoted,
     _shippable,
     _spark_schema,
+    add_broadcasts,
 )
 from eddies.engine.planner import FinalizeSpec, plan_query
 from eddies.engine.sinks import FINAL, Sink
@@ -322,17 +323,7 @@ def _cached_session(query_id: str, access: IndexAccess) -> Callable:
 
 def _task_catalog(task: _Task, slices: Mapping[str, pa.Table]) -> Catalog:
     cat = Catalog()
-    for b in task.broadcast:
-        cat.add_table(
-            b.name,
-            b.table,
-            key=b.key,
-            build=b.build,
-            batch_size=b.batch_size,
-            rate=b.rate,
-            delay=b.delay,
-            access_name=b.access_name,
-        )
+    add_broadcasts(cat, task.broadcast)
     for one in task.lookups:
         a = one.access
         cat.add_index(
