@@ -1031,12 +1031,7 @@ class TimeBucket:
         self.width_us = width_us
 
     def __call__(self, v: Any) -> Any:
-        v = _plain(v)
-        if v.type == pa.null():
-            v = cast_to(v, pa.timestamp("us"))
-        if not pa.types.is_timestamp(v.type):
-            raise pa.ArrowInvalid(f"time_bucket needs a TIMESTAMP, got {v.type}")
-        out_type = pa.timestamp("us", tz=v.type.tz)
+        v, out_type = _timestamp_argument(v, "time_bucket")
         if isinstance(v, pa.Scalar):
             return self(pa.array([v.as_py()], v.type))[0].cast(out_type)
         us = floor_us(v)
@@ -1044,6 +1039,17 @@ class TimeBucket:
         shifted = pc.fill_null(us, 0).to_numpy(zero_copy_only=False) - TIME_BUCKET_ORIGIN_US
         starts = shifted // self.width_us * self.width_us + TIME_BUCKET_ORIGIN_US
         return pa.array(starts, pa.int64(), mask=~valid).cast(out_type)
+
+
+def _timestamp_argument(v: Any, function: str) -> tuple[Any, pa.DataType]:
+    """An event-time function's argument (NULL-typed read as TIMESTAMP) and its output
+    type, TIMESTAMP in µs with the argument's time zone; ArrowInvalid for another type."""
+    v = _plain(v)
+    if v.type == pa.null():
+        v = cast_to(v, pa.timestamp("us"))
+    if not pa.types.is_timestamp(v.type):
+        raise pa.ArrowInvalid(f"{function} needs a TIMESTAMP, got {v.type}")
+    return v, pa.timestamp("us", tz=v.type.tz)
 
 
 class HopWindow:
@@ -1062,12 +1068,7 @@ class HopWindow:
         self.width_us = size_us  # a window ends size after its start, as a time_bucket
 
     def __call__(self, v: Any) -> Any:
-        v = _plain(v)
-        if v.type == pa.null():
-            v = cast_to(v, pa.timestamp("us"))
-        if not pa.types.is_timestamp(v.type):
-            raise pa.ArrowInvalid(f"window needs a TIMESTAMP, got {v.type}")
-        out_type = pa.timestamp("us", tz=v.type.tz)
+        v, out_type = _timestamp_argument(v, "window")
         if isinstance(v, pa.Scalar):
             return self(pa.array([v.as_py()], v.type))[0]
         us = floor_us(v)
