@@ -579,6 +579,28 @@ _SQLGLOT_FUNCTIONS: dict[type, str] = {
 }
 
 
+# ----------------------------------------------------- decorrelated scalar subqueries
+#: The function engine/decorrelate.py writes for a correlated subquery without aggregate.
+ONE_ROW = "__eddies_one_row"
+#: DuckDB 2.0's message for a scalar subquery with more than one row.
+MORE_THAN_ONE_ROW = (
+    "More than one row returned by a subquery used as an expression - scalar subqueries "
+    "can only return a single row"
+)
+
+
+def _one_row(n: Any, value: Any) -> Any:
+    """``__eddies_one_row(n, value)``: a correlated scalar subquery's value from its row
+    count ``n`` per outer row: NULL where ``n`` is NULL or 0 (no row), ``value`` where it
+    is 1, and EddiesError (as DuckDB's SINGLE join raises) if any row has more."""
+    n, value = _plain(n), _plain(value)
+    most = pc.max(n) if isinstance(n, pa.Array | pa.ChunkedArray) else n
+    if (most.as_py() or 0) > 1:
+        raise EddiesError(MORE_THAN_ONE_ROW)
+    one = pc.fill_null(pc.greater_equal(n, 1), False)
+    return pc.if_else(one, value, pa.scalar(None, value.type))
+
+
 # ------------------------------------------------------------------- string functions
 # DuckDB's string functions count characters (code points), as Arrow's utf8_* kernels do.
 # Their non-string parameters (positions, widths, patterns) are nearly always constants:
@@ -1219,6 +1241,10 @@ def _compile_function(
     def ops(*names: str) -> list[Expr]:
         return [sub(node.args[k]) for k in names if node.args.get(k) is not None]
 
+    if isinstance(node, exp.Anonymous) and str(node.this).lower() == ONE_ROW:
+        if len(node.expressions) != 2:
+            raise UnsupportedQueryError(f"{describe(node)} takes a count and a value")
+        return _one_row, [sub(e) for e in node.expressions]
     if isinstance(node, exp.Substring):
         return _per_params(_substring, _STR), ops("this", "start", "length")
     if isinstance(node, exp.Trim):

@@ -11,6 +11,8 @@ queries and the steps around them, on the sqlglot tree:
 - ``FROM (SELECT ...) AS d``: a derived table is run the same way, as its own query whose
   result becomes a table of the outer block (whatever it holds: aggregates, LIMIT,
   DISTINCT, windows).
+- correlated scalar subqueries ``(SELECT max(y) FROM u WHERE u.k = t.k)``: rewritten
+  into a grouped derived table and a LEFT JOIN step (engine/decorrelate.py).
 - scalar subqueries ``(SELECT avg(x) FROM t)``: run first; their one value becomes a typed
   literal in the outer block, so the outer eddy still streams and its LIMIT still stops
   it early. More than one row (or column) fails with an EddiesError, as in DuckDB.
@@ -42,7 +44,8 @@ from sqlglot import exp
 
 from eddies.engine.above import run_above
 from eddies.engine.catalog import CatalogTable
-from eddies.engine.compile import cast_to, common_type
+from eddies.engine.compile import MORE_THAN_ONE_ROW, cast_to, common_type
+from eddies.engine.decorrelate import decorrelate, outer_columns
 from eddies.engine.errors import EddiesError, UnsupportedQueryError, describe
 from eddies.engine.options import RunOptions
 from eddies.engine.planner import plan_query
@@ -248,6 +251,7 @@ async def _emit(node: exp.Expression, ctx: _Context, put: Put) -> pa.Schema:
         return await _set_operation(node, ctx, put)
     if not isinstance(node, exp.Select):
         raise UnsupportedQueryError(f"only SELECT queries are supported, got {describe(node)}")
+    decorrelate(node, ctx.tables, ctx.fresh)  # correlated scalar subqueries: LEFT JOINs
     await _derived_tables(node, ctx)
     await _scalar_subqueries(node, ctx)
     _group_by_all(node)
@@ -279,17 +283,13 @@ async def _eddy(sql: str, ctx: _Context, put: Put, limit: int | None = None) -> 
     return results.schema
 
 
-def _refuse_correlated(sub: exp.Expression, what: str) -> None:
-    """A subquery naming a table alias it does not define reads the outer query's row."""
-    defined = {t.alias_or_name.lower() for t in sub.find_all(exp.Table)}
-    defined |= {c.alias_or_name.lower() for c in sub.find_all(exp.CTE)}
-    defined |= {s.alias_or_name.lower() for s in sub.find_all(exp.Subquery) if s.alias}
-    for column in sub.find_all(exp.Column):
-        if column.table and column.table.lower() not in defined:
-            raise UnsupportedQueryError(
-                f"a correlated {what} (it reads {column.table!r} of the outer query) is not "
-                f"supported: {describe(column)}"
-            )
+def _refuse_correlated(sub: exp.Expression, what: str, ctx: _Context) -> None:
+    """A subquery reading a column of the outer query's row (decorrelate.outer_columns)."""
+    for column in outer_columns(sub.this, ctx.tables):
+        raise UnsupportedQueryError(
+            f"a correlated {what} (it reads {column.sql(dialect='duckdb')} of the outer "
+            f"query) is not supported: {describe(column)}"
+        )
 
 
 async def _derived_tables(select: exp.Select, ctx: _Context) -> None:
@@ -301,7 +301,7 @@ async def _derived_tables(select: exp.Select, ctx: _Context) -> None:
         sub = item.this
         if not isinstance(sub, exp.Subquery):
             continue
-        _refuse_correlated(sub, "derived table")
+        _refuse_correlated(sub, "derived table", ctx)
         alias = sub.alias_or_name or ctx.fresh("subquery")
         name = ctx.fresh("derived")
         ctx.tables.add(name, await _collect(sub.this, ctx), f"the derived table {alias!r}")
@@ -313,7 +313,7 @@ async def _scalar_subqueries(select: exp.Select, ctx: _Context) -> None:
     for sub in list(select.find_all(exp.Subquery)):
         if sub.parent_select is not select or isinstance(sub.parent, exp.In):
             continue  # inside another subquery, or IN (SELECT ...): not a scalar subquery
-        _refuse_correlated(sub, "subquery")
+        _refuse_correlated(sub, "subquery", ctx)
         table = await _collect(sub.this, ctx)
         if table.num_columns != 1:
             raise UnsupportedQueryError(
@@ -321,10 +321,7 @@ async def _scalar_subqueries(select: exp.Select, ctx: _Context) -> None:
                 f"{table.num_columns}: {describe(sub)}"
             )
         if table.num_rows > 1:
-            raise EddiesError(
-                "More than one row returned by a subquery used as an expression - scalar "
-                f"subqueries can only return a single row: {describe(sub)}"
-            )
+            raise EddiesError(f"{MORE_THAN_ONE_ROW}: {describe(sub)}")
         column = table.column(0)
         value = column[0] if table.num_rows else pa.scalar(None, column.type)
         sub.replace(exp.paren(typed_literal(value, sub)))

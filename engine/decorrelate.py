@@ -1,0 +1,424 @@
+"""Correlated scalar subqueries, rewritten into a grouped derived table and a LEFT JOIN.
+
+``SELECT t.a, (SELECT max(u.y) FROM u WHERE u.k = t.k) FROM t`` asks, for each row of t,
+an aggregate over the rows of u with that row's k. The classic decorrelation (Kim 1982,
+with Ganski and Wong's fix of its COUNT bug; DuckDB's planner does the same) evaluates the
+subquery once per *key* instead of once per row::
+
+    SELECT t.a, __sq_1.__a0 FROM t
+    LEFT JOIN (SELECT u.k AS __k0, max(u.y) AS __a0 FROM u GROUP BY u.k) AS __sq_1
+           ON __sq_1.__k0 = t.k
+
+engine/composite.py runs the derived table as its own query, and the outer eddy joins it
+as a LEFT JOIN step (engine/join_steps.py): a row of t whose key has no group is padded
+with NULLs once the derived table's SteM is complete (stems-2003 §2.1.4). The rules:
+
+- *Correlation*: each conjunct of the subquery's WHERE that reads the outer row must be
+  ``inner = outer`` or ``inner IS NOT DISTINCT FROM outer`` (one side reads only the
+  subquery's tables, the other only the outer row): the inner sides become the GROUP BY
+  keys, the pairs the join's ON. A conjunct over the outer row alone (``t.x > 5``) joins
+  the ON too (false: the subquery is over no rows). Anything else (``u.y < t.x``) is
+  refused: grouping needs equalities.
+- *NULL keys*: ``u.k = t.k`` is never TRUE when either is NULL, so such a row meets no
+  group and sees the subquery over no rows, as SQL says; ``IS NOT DISTINCT FROM`` matches
+  the NULL group.
+- *COUNT bug*: over no rows ``count`` is 0, not NULL, so a count in the subquery becomes
+  ``coalesce(__sq.__aN, 0)`` (every other aggregate eddies runs is NULL over no rows). The
+  rest of the select expression, and any outer column in it, is evaluated in the outer
+  block over the aggregates' values, so ``(SELECT count(*) + 1 ...)`` is 1 for no rows.
+- *No aggregate* (``(SELECT u.y FROM u WHERE u.k = t.k)``): the derived table keeps
+  ``any_value`` of the value and ``count(*)`` per key, and the outer expression is
+  ``__eddies_one_row(__n, value)``: NULL for no row, the value for one, and for more than
+  one the EddiesError DuckDB 2.0 raises ("More than one row returned by a subquery used as
+  an expression"), raised when the eddy evaluates that row: after every conjunct of the
+  outer block that does not read the subquery (the LEFT JOIN step waits for them), as
+  DuckDB pushes those below its SINGLE join. ``ORDER BY ... LIMIT n [OFFSET m]`` keeps
+  rows m+1..m+n per key (``row_number()`` over the keys); ``DISTINCT`` is kept.
+
+Refused with UnsupportedQueryError: a correlated subquery outside the SELECT list and
+WHERE (HAVING, ORDER BY, ON), one with GROUP BY, HAVING, QUALIFY, a window, WITH, a set
+operation or a nested subquery, outer columns inside its aggregates or its FROM, and one
+in the SELECT list of an aggregating block unless every outer column it reads is a
+GROUP BY key.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from sqlglot import exp
+
+from eddies.engine.compile import ONE_ROW
+from eddies.engine.errors import UnsupportedQueryError, describe
+from eddies.engine.sql import conjuncts_of
+
+#: Aggregates that are not NULL over no rows (the COUNT bug): eddies runs only count.
+_ZERO_OVER_NO_ROWS = (exp.Count,)
+#: Clauses of a correlated subquery the rewrite does not handle.
+_REFUSED_ARGS = {
+    "group": "GROUP BY",
+    "having": "HAVING",
+    "qualify": "QUALIFY",
+    "with_": "WITH",
+    "windows": "WINDOW",
+}
+
+
+_CLAUSE_NAMES = {
+    "joins": "a JOIN's ON",
+    "having": "HAVING",
+    "order": "ORDER BY",
+    "group": "GROUP BY",
+    "qualify": "QUALIFY",
+    "distinct": "DISTINCT ON",
+}
+
+
+def outer_columns(query: exp.Expression, tables: Any) -> list[exp.Column]:
+    """The columns of ``query`` (a subquery) that read an enclosing query's row.
+
+    A qualified column is the outer query's when its qualifier names none of the tables,
+    aliases or CTEs inside ``query``; an unqualified one when no table of ``query`` has
+    that column (``tables`` has ``has_table``/``table`` as a Catalog; with a table of
+    unknown columns inside, a derived table say, an unqualified column counts as inner).
+    """
+    names = {t.alias_or_name.lower() for t in query.find_all(exp.Table)}
+    names |= {c.alias_or_name.lower() for c in query.find_all(exp.CTE)}
+    names |= {s.alias_or_name.lower() for s in query.find_all(exp.Subquery) if s.alias}
+    known: set[str] | None = set()
+    for table in query.find_all(exp.Table):
+        if (
+            known is not None
+            and tables.has_table(table.name)
+            and table.name.lower() not in {c.alias_or_name.lower() for c in query.find_all(exp.CTE)}
+        ):
+            known |= {f.name.lower() for f in tables.table(table.name).schema}
+        else:
+            known = None
+    if any(isinstance(s.parent, exp.From | exp.Join) for s in query.find_all(exp.Subquery)):
+        known = None
+    selected = {
+        e.alias.lower() for s in query.find_all(exp.Select) for e in s.expressions if e.alias
+    }
+    out = []
+    for column in query.find_all(exp.Column):
+        if isinstance(column.this, exp.Star):
+            continue
+        if column.table:
+            if column.table.lower() not in names:
+                out.append(column)
+        elif known is not None and column.name.lower() not in known | selected:
+            out.append(column)
+    return out
+
+
+def _reads(node: exp.Expression, outer: set[int]) -> tuple[bool, bool]:
+    """(reads an outer column, reads an inner column) for ``node``."""
+    columns = [c for c in node.find_all(exp.Column) if not isinstance(c.this, exp.Star)]
+    return any(id(c) in outer for c in columns), any(id(c) not in outer for c in columns)
+
+
+def _clause(node: exp.Expression, select: exp.Select) -> str:
+    """The argument of ``select`` that holds ``node`` (``expressions``, ``where``, ...)."""
+    while node.parent is not select:
+        node = node.parent
+    return node.arg_key
+
+
+def _refuse(what: str, node: exp.Expression) -> UnsupportedQueryError:
+    return UnsupportedQueryError(f"a correlated scalar subquery {what}: {describe(node)}")
+
+
+def _within(node: exp.Expression, kind: type, top: exp.Expression) -> bool:
+    """Whether an ancestor of ``node`` below ``top`` is a ``kind``."""
+    node = node.parent
+    while node is not None and node is not top:
+        if isinstance(node, kind):
+            return True
+        node = node.parent
+    return False
+
+
+def _aggregates(value: exp.Expression) -> list[exp.Expression]:
+    """The outermost aggregate calls of ``value`` (with their FILTER / IGNORE NULLS)."""
+    found = []
+    for agg in value.find_all(exp.AggFunc):
+        if _within(agg, exp.Window | exp.AggFunc, value.parent):
+            continue
+        while isinstance(agg.parent, exp.Filter | exp.IgnoreNulls):
+            agg = agg.parent
+        found.append(agg)
+    return found
+
+
+def _maximal(value: exp.Expression, outer: set[int]) -> list[exp.Expression]:
+    """The largest subtrees of ``value`` that read inner columns and no outer one."""
+    found: list[exp.Expression] = []
+    stack = [value]
+    while stack:
+        node = stack.pop()
+        reads_outer, reads_inner = _reads(node, outer)
+        if reads_inner and not reads_outer:
+            found.append(node)
+        elif reads_inner:
+            stack.extend(node.iter_expressions())
+    return found
+
+
+def _aggregating(select: exp.Select) -> bool:
+    if select.args.get("group") is not None or select.args.get("having") is not None:
+        return True
+    return any(
+        agg.find_ancestor(exp.Window) is None and agg.parent_select is select
+        for item in select.expressions
+        for agg in item.find_all(exp.AggFunc)
+    )
+
+
+def decorrelate(select: exp.Select, tables: Any, fresh: Callable[[str], str]) -> None:
+    """Rewrite every correlated scalar subquery of ``select``'s own SELECT list and WHERE
+    in place (see the module docstring): each adds a derived table, LEFT JOINed (or CROSS
+    JOINed, without correlation keys) after the block's FROM. ``fresh(prefix)`` gives
+    unique names. Raises UnsupportedQueryError for the shapes the docstring refuses."""
+    for sub in list(select.find_all(exp.Subquery)):
+        if sub.parent_select is not select or isinstance(sub.parent, exp.In | exp.From | exp.Join):
+            continue
+        outer = outer_columns(sub.this, tables)
+        if outer:
+            _rewrite(select, sub, outer, tables, fresh)
+
+
+def _rewrite(
+    select: exp.Select,
+    sub: exp.Subquery,
+    outer_list: list[exp.Column],
+    tables: Any,
+    fresh: Callable[[str], str],
+) -> None:
+    place = _clause(sub, select)
+    if place not in ("expressions", "where"):
+        where = _CLAUSE_NAMES.get(place, place.rstrip("_").upper())
+        raise _refuse(f"in {where} is not supported (only in the SELECT list and WHERE)", sub)
+    query = sub.this
+    if not isinstance(query, exp.Select):
+        raise _refuse("must be one SELECT (a set operation is not supported)", sub)
+    for key, what in _REFUSED_ARGS.items():
+        if query.args.get(key):
+            raise _refuse(f"with {what} is not supported", sub)
+    distinct = query.args.get("distinct")
+    if distinct is not None and distinct.args.get("on") is not None:
+        raise _refuse("with DISTINCT ON is not supported", sub)
+    if len(query.expressions) != 1 or query.expressions[0].is_star:
+        raise UnsupportedQueryError(
+            f"a scalar subquery must return one column, this one returns "
+            f"{len(query.expressions)}: {describe(sub)}"
+        )
+    if any(s is not query for s in query.find_all(exp.Select)) or query.find(exp.Exists):
+        raise _refuse("containing another subquery is not supported", sub)
+    if query.find(exp.Window):
+        raise _refuse("with a window function is not supported", sub)
+    outer = {id(c) for c in outer_list}
+    for key in ("from_", "joins"):
+        value = query.args.get(key)
+        for part in value if isinstance(value, list) else [value] if value else []:
+            if _reads(part, outer)[0]:
+                raise _refuse("reading the outer query in its FROM or ON is not supported", part)
+
+    # WHERE: uncorrelated conjuncts stay, equalities become keys, outer-only ones go to ON
+    where = query.args.get("where")
+    keep: list[exp.Expression] = []
+    keys: list[tuple[exp.Expression, exp.Expression, type]] = []
+    on_only: list[exp.Expression] = []
+    for conjunct in conjuncts_of(where.this) if where is not None else []:
+        reads_outer, reads_inner = _reads(conjunct, outer)
+        if not reads_outer:
+            keep.append(conjunct)
+        elif not reads_inner:
+            on_only.append(conjunct)
+        else:
+            pair = _key_pair(conjunct, outer)
+            if pair is None:
+                raise _refuse(
+                    "correlated by anything but equalities (inner = outer) is not supported",
+                    conjunct,
+                )
+            keys.append(pair)
+
+    alias = fresh("sq")
+    item = query.expressions[0]
+    value = item.unalias()  # rewritten in place: the subquery is replaced below
+    derived = exp.Select()
+    derived.set("from_", query.args["from_"].copy())
+    derived.set("joins", [j.copy() for j in query.args.get("joins") or []])
+    if keep:
+        derived = derived.where(exp.and_(*[c.copy() for c in keep]), copy=False)
+    key_items = [exp.alias_(inner.copy(), f"__k{i}") for i, (inner, _, _) in enumerate(keys)]
+    aggregates = _aggregates(value)
+    if aggregates:
+        if any(query.args.get(k) for k in ("order", "limit", "offset", "distinct")):
+            raise _refuse(
+                "with an aggregate and ORDER BY, LIMIT, OFFSET or DISTINCT is not supported", sub
+            )
+        items = list(key_items)
+        for j, agg in enumerate(aggregates):
+            if _reads(agg, outer)[0]:
+                raise _refuse("with an outer column inside an aggregate is not supported", agg)
+            items.append(exp.alias_(agg.copy(), f"__a{j}"))
+            column = exp.column(f"__a{j}", table=alias)
+            inner_agg = agg
+            while isinstance(inner_agg, exp.Filter | exp.IgnoreNulls):
+                inner_agg = inner_agg.this
+            replacement: exp.Expression = column
+            if isinstance(inner_agg, _ZERO_OVER_NO_ROWS):
+                replacement = exp.func("coalesce", column, exp.Literal.number(0))
+            if agg is value:
+                value = replacement
+            else:
+                agg.replace(replacement)
+        for column in value.find_all(exp.Column):
+            if id(column) not in outer and column.table != alias:
+                raise _refuse(f"reads {column.sql(dialect='duckdb')} outside an aggregate", sub)
+        derived.set("expressions", items)
+        if keys:
+            derived.set("group", exp.Group(expressions=[k.copy() for k, _, _ in keys]))
+        replacement_value = value
+    else:
+        derived, replacement_value = _single_row(query, derived, key_items, value, outer, alias)
+
+    table = exp.Subquery(this=derived, alias=exp.TableAlias(this=exp.to_identifier(alias)))
+    conditions = [
+        kind(this=exp.column(f"__k{i}", table=alias), expression=outer_side.copy())
+        for i, (_, outer_side, kind) in enumerate(keys)
+    ] + [c.copy() for c in on_only]
+    if conditions:
+        join = exp.Join(this=table, side="LEFT", on=exp.and_(*conditions))
+    else:
+        join = exp.Join(this=table, kind="CROSS")
+    if place == "expressions" and _aggregating(select):
+        _group_by_keys(select, sub, outer_list, replacement_value, alias)
+    top = sub
+    while top.parent is not select:
+        top = top.parent
+    index = top.index
+    name = None
+    if place == "expressions" and not isinstance(top, exp.Alias):
+        name = top.sql(dialect="duckdb")  # the output column keeps the text's name
+    sub.replace(exp.paren(replacement_value, copy=False))
+    if name is not None:
+        item = select.expressions[index]
+        item.replace(exp.alias_(item.copy(), name, quoted=True))
+    select.append("joins", join)
+
+
+def _key_pair(
+    conjunct: exp.Expression, outer: set[int]
+) -> tuple[exp.Expression, exp.Expression, type] | None:
+    """(inner side, outer side, EQ or NullSafeEQ) for an equality between an expression
+    over the subquery's tables and one over the outer row; else None."""
+    if not isinstance(conjunct, exp.EQ | exp.NullSafeEQ):
+        return None
+    left, right = conjunct.this, conjunct.expression
+    lo, li = _reads(left, outer)
+    ro, ri = _reads(right, outer)
+    if li and not lo and ro and not ri:
+        return left, right, type(conjunct)
+    if ri and not ro and lo and not li:
+        return right, left, type(conjunct)
+    return None
+
+
+def _single_row(
+    query: exp.Select,
+    derived: exp.Select,
+    key_items: list[exp.Expression],
+    value: exp.Expression,
+    outer: set[int],
+    alias: str,
+) -> tuple[exp.Select, exp.Expression]:
+    """The derived table and outer expression for a subquery without aggregate: its rows'
+    values per key (at most ``LIMIT`` of them), ``any_value`` of each and ``count(*)``."""
+    parts = _maximal(value, outer)
+    inner_items = list(key_items) + [exp.alias_(p.copy(), f"__v{j}") for j, p in enumerate(parts)]
+    limit, offset = query.args.get("limit"), query.args.get("offset")
+    distinct = query.args.get("distinct")
+    order = query.args.get("order")
+    bounds: list[exp.Expression] = []
+    if limit is not None or offset is not None:
+        if distinct is not None:
+            raise _refuse("with DISTINCT and LIMIT or OFFSET is not supported", query)
+        first = _count(offset, "OFFSET") if offset is not None else 0
+        window = exp.Window(
+            this=exp.RowNumber(),
+            partition_by=[k.this.copy() for k in key_items],
+            order=order.copy() if order is not None else None,
+        )
+        inner_items.append(exp.alias_(window, "__rn"))
+        rn = exp.column("__rn", table="__s")
+        bounds.append(exp.GT(this=rn, expression=exp.Literal.number(first)))
+        if limit is not None:
+            last = first + _count(limit, "LIMIT")
+            bounds.append(exp.LTE(this=rn, expression=exp.Literal.number(last)))
+    derived.set("expressions", inner_items)
+    if distinct is not None:
+        derived.set("distinct", exp.Distinct())
+    grouped = exp.select(
+        *[exp.column(f"__k{i}", table="__s") for i in range(len(key_items))],
+        *[
+            exp.alias_(exp.AnyValue(this=exp.column(f"__v{j}", table="__s")), f"__a{j}")
+            for j in range(len(parts))
+        ],
+        exp.alias_(exp.Count(this=exp.Star()), "__n"),
+    ).from_(exp.Subquery(this=derived, alias=exp.TableAlias(this=exp.to_identifier("__s"))))
+    if bounds:
+        grouped = grouped.where(exp.and_(*bounds), copy=False)
+    if key_items:
+        grouped.set(
+            "group",
+            exp.Group(
+                expressions=[exp.column(f"__k{i}", table="__s") for i in range(len(key_items))]
+            ),
+        )
+    for j, part in enumerate(parts):
+        column = exp.column(f"__a{j}", table=alias)
+        if part is value:
+            value = column
+        else:
+            part.replace(column)
+    return grouped, exp.func(ONE_ROW, exp.column("__n", table=alias), value)
+
+
+def _count(clause: exp.Expression, what: str) -> int:
+    node = clause.args.get("expression") if isinstance(clause, exp.Limit | exp.Offset) else clause
+    if isinstance(node, exp.Literal) and not node.is_string and node.this.isdigit():
+        return int(node.this)
+    raise UnsupportedQueryError(
+        f"{what} must be a non-negative integer literal: {describe(clause)}"
+    )
+
+
+def _group_by_keys(
+    select: exp.Select,
+    sub: exp.Subquery,
+    outer_list: list[exp.Column],
+    value: exp.Expression,
+    alias: str,
+) -> None:
+    """In an aggregating block, group by the derived table's columns too: they depend on
+    the outer columns the subquery reads, which must all be GROUP BY keys (DuckDB)."""
+    group = select.args.get("group")
+    if group is None or group.args.get("all"):
+        raise _refuse(
+            "in the SELECT list of an aggregating block needs an explicit GROUP BY of the "
+            "outer columns it reads",
+            sub,
+        )
+    grouped = {e.sql(dialect="duckdb").lower() for e in group.expressions}
+    for column in outer_list:
+        if column.sql(dialect="duckdb").lower() not in grouped:
+            raise _refuse(f"reads {column.sql(dialect='duckdb')}, which is not a GROUP BY key", sub)
+    seen = set()
+    for column in value.find_all(exp.Column):
+        if column.table == alias and column.name not in seen:
+            seen.add(column.name)
+            group.append("expressions", column.copy())
