@@ -45,7 +45,7 @@ from sqlglot import exp
 from eddies.engine.above import run_above
 from eddies.engine.catalog import CatalogTable
 from eddies.engine.compile import MORE_THAN_ONE_ROW, cast_to, common_type
-from eddies.engine.decorrelate import decorrelate, outer_columns
+from eddies.engine.decorrelate import Correlation, decorrelate, outer_columns, string_mismatch
 from eddies.engine.errors import EddiesError, UnsupportedQueryError, describe
 from eddies.engine.options import RunOptions
 from eddies.engine.planner import plan_query
@@ -251,8 +251,11 @@ async def _emit(node: exp.Expression, ctx: _Context, put: Put) -> pa.Schema:
         return await _set_operation(node, ctx, put)
     if not isinstance(node, exp.Select):
         raise UnsupportedQueryError(f"only SELECT queries are supported, got {describe(node)}")
-    decorrelate(node, ctx.tables, ctx.fresh)  # correlated scalar subqueries: LEFT JOINs
     await _derived_tables(node, ctx)
+    correlations = decorrelate(node, ctx.tables, ctx.fresh)  # scalar subqueries: LEFT JOINs
+    if correlations:
+        await _derived_tables(node, ctx)
+        _check_key_types(node, correlations, ctx)
     await _scalar_subqueries(node, ctx)
     _group_by_all(node)
     if needs_above(node):
@@ -290,6 +293,39 @@ def _refuse_correlated(sub: exp.Expression, what: str, ctx: _Context) -> None:
             f"a correlated {what} (it reads {column.sql(dialect='duckdb')} of the outer "
             f"query) is not supported: {describe(column)}"
         )
+
+
+def _check_key_types(select: exp.Select, correlations: list[Correlation], ctx: _Context) -> None:
+    """Refuse a correlation key that compares a string with a non-string (see
+    decorrelate.string_mismatch): the derived tables are run, so their key types are known,
+    and the outer sides' types come from planning them over the block's own FROM."""
+    added = {id(c.join) for c in correlations}
+    probe = exp.Select(
+        expressions=[
+            exp.alias_(key.copy(), f"__o{i}_{j}")
+            for i, c in enumerate(correlations)
+            for j, key in enumerate(c.outer_keys)
+        ]
+    )
+    if not probe.expressions:
+        return
+    probe.set("from_", select.args["from_"].copy())
+    probe.set("joins", [j.copy() for j in select.args.get("joins") or [] if id(j) not in added])
+    try:
+        outer = plan_query(probe.sql(dialect="duckdb"), ctx.tables).finalize.schema
+    except EddiesError:
+        return  # the block itself fails the same way, naming its own text
+    position = 0
+    for c in correlations:
+        keys = ctx.tables.table(c.join.this.name).schema
+        for j, key in enumerate(c.outer_keys):
+            inner_type, outer_type = keys.field(f"__k{j}").type, outer.field(position).type
+            position += 1
+            if string_mismatch(inner_type, outer_type):
+                raise UnsupportedQueryError(
+                    f"a correlated scalar subquery comparing {inner_type} with {outer_type} "
+                    f"is not supported (cast one side explicitly): {describe(key)}"
+                )
 
 
 async def _derived_tables(select: exp.Select, ctx: _Context) -> None:

@@ -45,8 +45,10 @@ GROUP BY key.
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
+import pyarrow as pa
 from sqlglot import exp
 
 from eddies.engine.compile import ONE_ROW
@@ -176,17 +178,39 @@ def _aggregating(select: exp.Select) -> bool:
     )
 
 
-def decorrelate(select: exp.Select, tables: Any, fresh: Callable[[str], str]) -> None:
+@dataclass
+class Correlation:
+    """One rewritten subquery: the derived table's alias and, for its key column
+    ``__k{i}``, the outer expression it is compared with (composite.py checks types)."""
+
+    alias: str
+    outer_keys: list[exp.Expression]
+    join: exp.Join
+
+
+def decorrelate(select: exp.Select, tables: Any, fresh: Callable[[str], str]) -> list[Correlation]:
     """Rewrite every correlated scalar subquery of ``select``'s own SELECT list and WHERE
     in place (see the module docstring): each adds a derived table, LEFT JOINed (or CROSS
     JOINed, without correlation keys) after the block's FROM. ``fresh(prefix)`` gives
     unique names. Raises UnsupportedQueryError for the shapes the docstring refuses."""
+    done = []
     for sub in list(select.find_all(exp.Subquery)):
         if sub.parent_select is not select or isinstance(sub.parent, exp.In | exp.From | exp.Join):
             continue
         outer = outer_columns(sub.this, tables)
         if outer:
-            _rewrite(select, sub, outer, tables, fresh)
+            done.append(_rewrite(select, sub, outer, tables, fresh))
+    return done
+
+
+def string_mismatch(key: pa.DataType, outer: pa.DataType) -> bool:
+    """Whether a key of type ``key`` compared with an outer value of type ``outer`` is a
+    string against a non-string: DuckDB casts the string, so two distinct keys ('1', '01')
+    could equal one outer value and the grouped table would match it twice."""
+    stringy = (pa.types.is_string, pa.types.is_large_string)
+    key_text = any(f(key) for f in stringy)
+    outer_text = any(f(outer) for f in stringy)
+    return key_text != outer_text and pa.null() not in (key, outer)
 
 
 def _rewrite(
@@ -195,7 +219,7 @@ def _rewrite(
     outer_list: list[exp.Column],
     tables: Any,
     fresh: Callable[[str], str],
-) -> None:
+) -> Correlation:
     place = _clause(sub, select)
     if place not in ("expressions", "where"):
         where = _CLAUSE_NAMES.get(place, place.rstrip("_").upper())
@@ -309,6 +333,7 @@ def _rewrite(
         item = select.expressions[index]
         item.replace(exp.alias_(item.copy(), name, quoted=True))
     select.append("joins", join)
+    return Correlation(alias, [outer_side for _, outer_side, _ in keys], join)
 
 
 def _key_pair(

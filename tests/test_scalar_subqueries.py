@@ -159,6 +159,8 @@ def test_several_rows_fail_with_duckdbs_error():
             "JOIN.s ON",
         ),
         ("SELECT t.id, (SELECT u.y, u.s FROM u WHERE u.k = t.k) FROM t", "one column"),
+        # '1' and '01' would both equal 1: two groups for one outer row
+        ("SELECT t.id, (SELECT count(*) FROM u WHERE u.s = t.k) FROM t", "string"),
         (
             "SELECT t.id, (SELECT max(y) FROM (SELECT DISTINCT * FROM u WHERE u.k = t.k) AS w) "
             "FROM t",
