@@ -39,7 +39,7 @@ Refused with UnsupportedQueryError: a correlated subquery outside the SELECT lis
 WHERE (HAVING, ORDER BY, ON), one with GROUP BY, HAVING, QUALIFY, a window, WITH, a set
 operation or a nested subquery, outer columns inside its aggregates or its FROM, and one
 in the SELECT list of an aggregating block unless every outer column it reads is a
-GROUP BY key.
+GROUP BY key (or the block has GROUP BY ALL, which groups by the subquery's value).
 """
 
 from __future__ import annotations
@@ -430,12 +430,16 @@ def _group_by_keys(
     alias: str,
 ) -> None:
     """In an aggregating block, group by the derived table's columns too: they depend on
-    the outer columns the subquery reads, which must all be GROUP BY keys (DuckDB)."""
+    the outer columns the subquery reads, which must all be GROUP BY keys (DuckDB). Under
+    GROUP BY ALL the rewritten item is a key itself (composite._group_by_all), as the
+    subquery is in DuckDB."""
     group = select.args.get("group")
-    if group is None or group.args.get("all"):
+    if group is not None and group.args.get("all"):
+        return
+    if group is None:
         raise _refuse(
-            "in the SELECT list of an aggregating block needs an explicit GROUP BY of the "
-            "outer columns it reads",
+            "in the SELECT list of an aggregating block needs a GROUP BY of the outer "
+            "columns it reads",
             sub,
         )
     grouped = {e.sql(dialect="duckdb").lower() for e in group.expressions}

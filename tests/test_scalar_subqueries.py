@@ -109,6 +109,10 @@ def _check(sql: str, tables=TABLES) -> None:
         "SELECT t.k, sum(t.x), (SELECT max(u.y) FROM u WHERE u.k = t.k) FROM t GROUP BY t.k",
         "SELECT t.k, count(*) FROM t WHERE t.x > (SELECT min(u.y) FROM u WHERE u.k = t.k) "
         "GROUP BY t.k",
+        "SELECT t.k, count(*), (SELECT max(u.y) FROM u WHERE u.k = t.k) AS m FROM t GROUP BY ALL",
+        "SELECT (SELECT count(*) FROM u WHERE u.k = t.k) AS n, sum(t.x) FROM t GROUP BY ALL",
+        "SELECT t.s, (SELECT v.z FROM v WHERE v.k = t.k) AS z, count(*) FROM t "
+        "WHERE t.k <> 1 GROUP BY ALL",
         # with joins, outer joins, semi-joins, windows, CTEs, DISTINCT, ORDER BY
         "SELECT t.id, v.z, (SELECT count(*) FROM u WHERE u.k = v.k) FROM t JOIN v ON t.k = v.k",
         "SELECT t.id, (SELECT max(u.y) FROM u WHERE u.k = v.k) FROM t LEFT JOIN v "
