@@ -194,12 +194,27 @@ def decorrelate(select: exp.Select, tables: Any, fresh: Callable[[str], str]) ->
     JOINed, without correlation keys) after the block's FROM. ``fresh(prefix)`` gives
     unique names. Raises UnsupportedQueryError for the shapes the docstring refuses."""
     done = []
+    # The output columns keep their text's names (DuckDB names them so too).
+    names = [
+        None if isinstance(e, exp.Alias) else e.sql(dialect="duckdb") for e in select.expressions
+    ]
+    renamed: set[int] = set()
     for sub in list(select.find_all(exp.Subquery)):
         if sub.parent_select is not select or isinstance(sub.parent, exp.In | exp.From | exp.Join):
             continue
         outer = outer_columns(sub.this, tables)
-        if outer:
-            done.append(_rewrite(select, sub, outer, tables, fresh))
+        if not outer:
+            continue
+        if _clause(sub, select) == "expressions":
+            top = sub
+            while top.parent is not select:
+                top = top.parent
+            renamed.add(top.index)
+        done.append(_rewrite(select, sub, outer, tables, fresh))
+    for index in sorted(renamed):
+        item, name = select.expressions[index], names[index]
+        if name is not None:
+            item.replace(exp.alias_(item.copy(), name, quoted=True))
     return done
 
 
@@ -238,9 +253,11 @@ def _rewrite(
             f"a scalar subquery must return one column, this one returns "
             f"{len(query.expressions)}: {describe(sub)}"
         )
-    if any(s is not query for s in query.find_all(exp.Select)) or query.find(exp.Exists):
-        raise _refuse("containing another subquery is not supported", sub)
-    if query.find(exp.Window):
+    if any(c.find_ancestor(exp.Select) is not query for c in outer_list):
+        raise _refuse("whose nested subquery reads the outer query is not supported", sub)
+    if query.expressions[0].find(exp.Select) is not None:
+        raise _refuse("with a subquery in its SELECT list is not supported", sub)
+    if any(w.parent_select is query for w in query.find_all(exp.Window)):
         raise _refuse("with a window function is not supported", sub)
     outer = {id(c) for c in outer_list}
     for key in ("from_", "joins"):
@@ -321,17 +338,7 @@ def _rewrite(
         join = exp.Join(this=table, kind="CROSS")
     if place == "expressions" and _aggregating(select):
         _group_by_keys(select, sub, outer_list, replacement_value, alias)
-    top = sub
-    while top.parent is not select:
-        top = top.parent
-    index = top.index
-    name = None
-    if place == "expressions" and not isinstance(top, exp.Alias):
-        name = top.sql(dialect="duckdb")  # the output column keeps the text's name
     sub.replace(exp.paren(replacement_value, copy=False))
-    if name is not None:
-        item = select.expressions[index]
-        item.replace(exp.alias_(item.copy(), name, quoted=True))
     select.append("joins", join)
     return Correlation(alias, [outer_side for _, outer_side, _ in keys], join)
 

@@ -125,6 +125,15 @@ def _check(sql: str, tables=TABLES) -> None:
         "SELECT DISTINCT (SELECT count(*) FROM u WHERE u.k = t.k) AS n FROM t ORDER BY n",
         "SELECT d.id, d.n FROM (SELECT t.id, (SELECT count(*) FROM u WHERE u.k = t.k) AS n "
         "FROM t) AS d WHERE d.n > 0",
+        # two correlated subqueries in one item; an uncorrelated one nested inside
+        "SELECT t.id, (SELECT count(*) FROM u WHERE u.k = t.k AND u.s = 'a') + "
+        "(SELECT count(*) FROM u WHERE u.k = t.k AND u.s <> 'a') FROM t",
+        "SELECT t.id, (SELECT max(u.y) FROM u WHERE u.k = t.k AND "
+        "u.y < (SELECT max(y) FROM u)) FROM t",
+        "SELECT t.id, (SELECT count(*) FROM u WHERE u.k = t.k AND "
+        "EXISTS (SELECT 1 FROM v WHERE v.k = u.k)) FROM t",
+        # a self-join through the subquery, with aliases
+        "SELECT a.id, (SELECT count(*) FROM t AS b WHERE b.k = a.k) FROM t AS a",
         # an unqualified outer column (u has no x)
         "SELECT t.id, (SELECT count(*) FROM u WHERE u.y * 2 = x) FROM t",
         # a derived table inside the subquery, merged into it by sqlglot first
@@ -173,7 +182,7 @@ def test_several_rows_fail_with_duckdbs_error():
         (
             "SELECT t.id, (SELECT max(u.y) FROM u WHERE u.k = (SELECT max(v.k) FROM v "
             "WHERE v.z = t.x)) FROM t",
-            "correlated",
+            "nested subquery reads the outer",
         ),
     ],
 )
