@@ -92,6 +92,8 @@ def _check(sql: str, tables=TABLES) -> None:
         # without aggregate: one row per key, NULL for none
         "SELECT t.id, (SELECT v.z FROM v WHERE v.k = t.k) FROM t",
         "SELECT t.id, (SELECT v.d FROM v WHERE v.k = t.k) AS d FROM t",
+        "SELECT t.id, (SELECT CAST(v.z AS DECIMAL(6, 2)) FROM v WHERE v.k = t.k) FROM t",
+        "SELECT t.id, (SELECT v.z > 0 FROM v WHERE v.k = t.k) FROM t",
         "SELECT t.id, (SELECT coalesce(v.z, 0) + t.x FROM v WHERE v.k = t.k) FROM t",
         "SELECT t.id FROM t WHERE t.x > (SELECT v.z FROM v WHERE v.k = t.k)",
         "SELECT t.id, (SELECT u.y FROM u WHERE u.k = t.k AND u.s = 'b') FROM t",
