@@ -42,7 +42,7 @@ _STAMPS = [
     dt.datetime(2024, 12, 31, 23, 59, 59, 500000),
     dt.datetime(2020, 1, 1),
 ]
-_STRINGS = ["ab", "b", " a b ", "abc", "ba", ""]
+_STRINGS = ["ab", "b", " a b ", "abc", "ba", "", "éb"]
 
 
 @st.composite
@@ -50,7 +50,7 @@ def tables(draw) -> dict[str, pa.Table]:
     """t (unique id), u and w (unique non-NULL k), with NULLs and duplicate rows."""
     t_row = st.tuples(
         _maybe([0, 1, 2, 3]),
-        _maybe([-1.5, 0.0, 0.5, 2.25, 4.0]),
+        _maybe([-1.5, 0.0, 0.5, 2.25, 4.0, -0.0, float("nan")]),
         _maybe(_STRINGS),
         _maybe(_DATES),
         _maybe(_STAMPS),
@@ -190,6 +190,8 @@ SUBQUERY_PREDICATES = [
     "t.x >= (SELECT min(u2.y) FROM u AS u2 WHERE u2.k = t.k)",
     "(SELECT count(*) FROM u AS u2 WHERE u2.k = t.k) < 2",
     "coalesce((SELECT w2.z FROM w AS w2 WHERE w2.k = t.k), 0) < t.x",
+    "(t.s = 'b' OR (SELECT count(*) FROM u AS u2 WHERE u2.k = t.k) > 1)",
+    "(SELECT max(u2.y) FROM u AS u2 WHERE u2.k = t.k AND u2.s = t.s) IS NULL",
 ]
 
 #: Scalar subqueries for the SELECT list.
@@ -251,6 +253,12 @@ FROMS = [
         "t JOIN (SELECT k, y, row_number() OVER (PARTITION BY k ORDER BY y, s) AS rn FROM u)"
         " AS r ON t.k = r.k AND r.rn = 1",
         ["r.y"],
+        None,
+    ),
+    (
+        "t JOIN (SELECT u.k, (SELECT max(w.z) FROM w WHERE w.k = u.k) AS mz FROM u) AS q "
+        "ON t.k = q.k",
+        ["q.mz"],
         None,
     ),
     ("t LEFT JOIN c ON t.k = c.k", ["c.total", "c.n"], "c"),
@@ -367,6 +375,7 @@ SET_BRANCHES = [
     "SELECT c.k, CAST(c.n AS VARCHAR) AS s FROM c",
     "SELECT t.k, t.s FROM t WHERE t.k IN (SELECT k FROM w)",
     "SELECT t.k AS k, substr(t.s, 1, 1) AS s FROM t LEFT JOIN u ON t.k = u.k WHERE u.y > 1",
+    "SELECT t.k, CAST((SELECT count(*) FROM u AS u2 WHERE u2.k = t.k) AS VARCHAR) AS s FROM t",
 ]
 
 
