@@ -504,7 +504,10 @@ def _case(n_whens: int, has_default: bool) -> Callable[..., Any]:
         n = max((len(v) for v in values if isinstance(v, pa.Array)), default=1)
         cond_arrays = [_broadcast_bool(c, n) for c in conds]
         struct = pa.StructArray.from_arrays(cond_arrays, names=[f"c{i}" for i in range(n_whens)])
-        return pc.case_when(struct, *results, default)
+        out = pc.case_when(struct, *results, default)
+        if not any(isinstance(v, pa.Array | pa.ChunkedArray) for v in values):
+            return out[0]  # all constants: a constant (one value per row would be wrong)
+        return out
 
     return fn
 

@@ -45,7 +45,13 @@ from sqlglot import exp
 from eddies.engine.above import run_above
 from eddies.engine.catalog import CatalogTable
 from eddies.engine.compile import MORE_THAN_ONE_ROW, cast_to, common_type
-from eddies.engine.decorrelate import Correlation, decorrelate, outer_columns, string_mismatch
+from eddies.engine.decorrelate import (
+    Correlation,
+    decorrelate,
+    membership_counts,
+    outer_columns,
+    string_mismatch,
+)
 from eddies.engine.errors import EddiesError, UnsupportedQueryError, describe
 from eddies.engine.options import RunOptions
 from eddies.engine.planner import plan_query
@@ -252,6 +258,7 @@ async def _emit(node: exp.Expression, ctx: _Context, put: Put) -> pa.Schema:
     if not isinstance(node, exp.Select):
         raise UnsupportedQueryError(f"only SELECT queries are supported, got {describe(node)}")
     await _derived_tables(node, ctx)
+    membership_counts(node, ctx.tables)  # IN / EXISTS under OR ...: counting subqueries
     correlations = decorrelate(node, ctx.tables, ctx.fresh)  # scalar subqueries: LEFT JOINs
     if correlations:
         await _derived_tables(node, ctx)

@@ -54,6 +54,7 @@ from sqlglot import exp
 from eddies.engine.compile import ONE_ROW
 from eddies.engine.errors import UnsupportedQueryError, describe
 from eddies.engine.sql import conjuncts_of
+from eddies.engine.sql_allowlist import is_where_conjunct, membership_subquery
 
 #: Aggregates that are not NULL over no rows (the COUNT bug): eddies runs only count.
 _ZERO_OVER_NO_ROWS = (exp.Count,)
@@ -336,7 +337,8 @@ def _rewrite(
         join = exp.Join(this=table, side="LEFT", on=exp.and_(*conditions))
     else:
         join = exp.Join(this=table, kind="CROSS")
-    if place == "expressions" and _aggregating(select):
+    per_row = _within(sub, exp.AggFunc | exp.Filter, select)  # an aggregate's argument
+    if place == "expressions" and _aggregating(select) and not per_row:
         _group_by_keys(select, sub, outer_list, replacement_value, alias)
     sub.replace(exp.paren(replacement_value, copy=False))
     select.append("joins", join)
@@ -458,3 +460,99 @@ def _group_by_keys(
         if column.table == alias and column.name not in seen:
             seen.add(column.name)
             group.append("expressions", column.copy())
+
+
+# ------------------------------------------------- IN / EXISTS outside WHERE conjuncts
+#: SELECT arguments of a subquery the counting rewrite takes (DISTINCT changes no answer).
+_FLAT_ARGS = {"expressions", "from_", "joins", "where", "distinct"}
+
+
+def membership_counts(select: exp.Select, tables: Any) -> None:
+    """Rewrite each ``[NOT] EXISTS (q)`` / ``x [NOT] IN (q)`` of ``select``'s own SELECT
+    list and WHERE that is not a top-level WHERE term (under OR, in CASE, in the SELECT
+    list: the eddy's semi-/anti-join steps take only those) into scalar counting
+    subqueries, which :func:`decorrelate` (correlated) or composite.py (uncorrelated) run:
+
+    - ``EXISTS (SELECT .. FROM f WHERE c)`` is ``(SELECT count(*) FROM f WHERE c) > 0``;
+    - ``x IN (SELECT y FROM f WHERE c)`` is SQL's three-valued ``x = y1 OR x = y2 ...``:
+      TRUE if ``(SELECT count(*) FROM f WHERE c AND y = x) > 0``, else NULL if ``x`` is
+      NULL and the subquery has rows, or one of its ``y`` is NULL; else FALSE (the
+      equality ``y = x`` is one more correlation key).
+
+    ``x``'s unqualified columns are qualified with the outer table that has them, so they
+    stay the outer query's inside the subquery. Raises UnsupportedQueryError for a
+    subquery with GROUP BY, HAVING, LIMIT, ORDER BY, a set operation or WITH.
+    """
+    for node in list(select.find_all(exp.Exists, exp.In)):
+        query = membership_subquery(node)
+        if query is None or node.parent_select is not select or is_where_conjunct(node):
+            continue
+        what = "EXISTS (a subquery)" if isinstance(node, exp.Exists) else "IN (subquery)"
+        if not isinstance(query, exp.Select):
+            raise UnsupportedQueryError(
+                f"{what} over a set operation is not supported here: {describe(node)}"
+            )
+        for key, value in query.args.items():
+            if value and key not in _FLAT_ARGS:
+                raise UnsupportedQueryError(
+                    f"{what} with {key.rstrip('_').upper()} is not supported outside a "
+                    "top-level WHERE condition (there, only [NOT] EXISTS / [NOT] IN (SELECT "
+                    f"... FROM ... [WHERE ...])): {describe(node)}"
+                )
+        distinct = query.args.get("distinct")
+        if distinct is not None and distinct.args.get("on") is not None:
+            raise UnsupportedQueryError(f"DISTINCT ON in {what} is not supported: {describe(node)}")
+        if isinstance(node, exp.Exists):
+            node.replace(exp.paren(_more_than_none(query)))
+            continue
+        if len(query.expressions) != 1 or query.expressions[0].is_star:
+            raise UnsupportedQueryError(
+                f"IN (SELECT ...) needs exactly one column in the subquery: {describe(query)}"
+            )
+        y = query.expressions[0].unalias()
+        x = _qualified(node.this, select, tables)
+        found = _more_than_none(query, exp.EQ(this=y.copy(), expression=x.copy()))
+        has_rows = exp.and_(exp.Is(this=x.copy(), expression=exp.Null()), _more_than_none(query))
+        null_y = _more_than_none(query, exp.Is(this=y.copy(), expression=exp.Null()))
+        three_valued = exp.Case(
+            ifs=[
+                exp.If(this=found, true=exp.true()),
+                exp.If(this=exp.or_(has_rows, null_y), true=exp.Null()),
+            ],
+            default=exp.false(),
+        )
+        node.replace(exp.paren(three_valued))
+
+
+def _more_than_none(query: exp.Select, condition: exp.Expression | None = None) -> exp.GT:
+    """``(SELECT count(*) FROM query's FROM WHERE query's WHERE [AND condition]) > 0``."""
+    counted = exp.Select(expressions=[exp.Count(this=exp.Star())])
+    counted.set("from_", query.args["from_"].copy())
+    counted.set("joins", [j.copy() for j in query.args.get("joins") or []])
+    where = query.args.get("where")
+    terms = [where.this.copy()] if where is not None else []
+    if condition is not None:
+        terms.append(condition)
+    if terms:
+        counted = counted.where(exp.and_(*terms), copy=False)
+    return exp.GT(this=exp.Subquery(this=counted), expression=exp.Literal.number(0))
+
+
+def _qualified(x: exp.Expression, select: exp.Select, tables: Any) -> exp.Expression:
+    """``x`` with each unqualified column qualified by the one FROM table of ``select``
+    that has it (left as written when none or several do: the eddy names the problem)."""
+    x = x.copy()
+    items = [select.args.get("from_"), *(select.args.get("joins") or [])]
+    owners = []
+    for item in items:
+        table = item.this if item is not None else None
+        if isinstance(table, exp.Table) and tables.has_table(table.name):
+            names = {f.name.lower() for f in tables.table(table.name).schema}
+            owners.append((table.alias_or_name, names))
+    for column in list(x.find_all(exp.Column)):
+        if column.table or isinstance(column.this, exp.Star):
+            continue
+        having = [alias for alias, names in owners if column.name.lower() in names]
+        if len(having) == 1:
+            column.set("table", exp.to_identifier(having[0]))
+    return x

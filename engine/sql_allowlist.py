@@ -438,12 +438,34 @@ def _in_subquery(node: exp.Subquery) -> bool:
     return isinstance(node.parent, exp.In) and node.arg_key == "query"
 
 
+def is_where_conjunct(node: exp.Expression) -> bool:
+    """Whether ``node`` (under NOT / parentheses) is a top-level AND term of its SELECT's
+    WHERE: where the eddy takes [NOT] IN / [NOT] EXISTS subqueries as semi-/anti-joins."""
+    while isinstance(node.parent, exp.Not | exp.Paren):
+        node = node.parent
+    while isinstance(node.parent, exp.And | exp.Paren):
+        node = node.parent
+    where = node.parent
+    return isinstance(where, exp.Where) and isinstance(where.parent, exp.Select)
+
+
+def membership_subquery(node: exp.Expression) -> exp.Expression | None:
+    """The query of ``EXISTS (query)`` or ``x IN (query)``, else None."""
+    if isinstance(node, exp.Exists):
+        return node.this
+    if isinstance(node, exp.In) and isinstance(node.args.get("query"), exp.Subquery):
+        return node.args["query"].this
+    return None
+
+
 def composite_construct(root: exp.Expression) -> tuple[exp.Expression, str] | None:
     """The first construct of ``root`` that engine/composite.py runs around the eddy (a
     node and its name), or None when ``root`` is one eddy query."""
     for node in root.walk():
         if isinstance(node, exp.With):
             return node, "WITH (common table expressions)"
+        if membership_subquery(node) is not None and not is_where_conjunct(node):
+            return node, "[NOT] IN / EXISTS (a subquery) outside a top-level WHERE condition"
         if isinstance(node, exp.Subquery) and not _in_subquery(node):
             where = node.parent
             in_from = isinstance(where, exp.From | exp.Join)

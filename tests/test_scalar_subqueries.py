@@ -146,6 +146,35 @@ def test_correlated_scalar_subqueries_match_duckdb(sql):
     _check(sql)
 
 
+@pytest.mark.parametrize(
+    "sql",
+    [
+        # [NOT] IN / EXISTS outside a top-level WHERE term: counting scalar subqueries
+        "SELECT t.id FROM t WHERE t.s = 'b' OR t.k IN (SELECT k FROM v)",
+        "SELECT t.id FROM t WHERE t.s = 'b' OR t.k NOT IN (SELECT k FROM v)",  # v has NULL
+        "SELECT t.id FROM t WHERE t.s = 'b' OR t.k NOT IN (SELECT k FROM v WHERE k > 0)",
+        "SELECT t.id, t.k IN (SELECT k FROM u) AS i, t.k NOT IN (SELECT u.k FROM u "
+        "WHERE u.y > 4) FROM t",
+        "SELECT t.id, EXISTS (SELECT 1 FROM u WHERE u.k = t.k) AS e FROM t",
+        "SELECT t.id FROM t WHERE t.x > 20 OR NOT EXISTS (SELECT 1 FROM u WHERE u.k = t.k "
+        "AND u.y > 5)",
+        "SELECT t.id, CASE WHEN x IN (SELECT y FROM u WHERE u.s = t.s) THEN 'y' ELSE 'n' END "
+        "FROM t",
+        "SELECT t.id, k IN (SELECT k FROM v) FROM t",  # k: t's, qualified before moving in
+        "SELECT t.id, k IN (SELECT v.k FROM v JOIN u ON u.k = v.k WHERE u.s = 'a') FROM t",
+        "SELECT t.id FROM t WHERE t.k IN (SELECT k FROM v) OR EXISTS (SELECT 1 FROM u "
+        "WHERE u.y = t.x)",
+        "SELECT t.id, NULL IN (SELECT k FROM v), 3 IN (SELECT k FROM v WHERE z < 0) FROM t",
+        "SELECT t.s, count(*) FILTER (WHERE t.k IN (SELECT k FROM v)) FROM t GROUP BY t.s",
+        "SELECT t.id, t.k IN (SELECT DISTINCT k FROM u WHERE k > 1) FROM t",
+        # an all-constant CASE gave one value for a batch of rows
+        "SELECT t.id, CASE WHEN 1 > 0 THEN 'a' ELSE 'b' END FROM t",
+    ],
+)
+def test_membership_outside_where_matches_duckdb(sql):
+    _check(sql)
+
+
 def test_several_rows_fail_with_duckdbs_error():
     sql = "SELECT t.id, (SELECT u.y FROM u WHERE u.k = t.k) FROM t"
     with pytest.raises(duckdb.InvalidInputException, match="More than one row"):
@@ -168,6 +197,11 @@ def test_several_rows_fail_with_duckdbs_error():
         (
             "SELECT t.id, (SELECT max(u.y) FROM u WHERE u.k = t.x) FROM t GROUP BY t.id",
             "not a GROUP BY key",
+        ),
+        ("SELECT t.id FROM t WHERE t.k = 1 OR t.k IN (SELECT k FROM u LIMIT 1)", "LIMIT"),
+        (
+            "SELECT t.id, EXISTS (SELECT k FROM u UNION SELECT k FROM v) FROM t",
+            "set operation",
         ),
         (
             "SELECT t.id FROM t JOIN v ON v.z > (SELECT max(u.y) FROM u WHERE u.k = t.k)",

@@ -192,6 +192,9 @@ SUBQUERY_PREDICATES = [
     "coalesce((SELECT w2.z FROM w AS w2 WHERE w2.k = t.k), 0) < t.x",
     "(t.s = 'b' OR (SELECT count(*) FROM u AS u2 WHERE u2.k = t.k) > 1)",
     "(SELECT max(u2.y) FROM u AS u2 WHERE u2.k = t.k AND u2.s = t.s) IS NULL",
+    "(t.x < 0 OR t.k IN (SELECT k FROM w WHERE z > 0.7))",
+    "(t.s IS NULL OR t.k NOT IN (SELECT u2.k FROM u AS u2 WHERE u2.y > 3))",
+    "(t.x > 2 OR NOT EXISTS (SELECT 1 FROM w AS w2 WHERE w2.k = t.k))",
 ]
 
 #: Scalar subqueries for the SELECT list.
@@ -201,6 +204,8 @@ SELECT_SUBQUERIES = [
     "(SELECT sum(u2.y) FILTER (WHERE u2.y > 1) FROM u AS u2 WHERE u2.k = t.k)",
     "(SELECT w2.z FROM w AS w2 WHERE w2.k = t.k)",
     "(SELECT string_agg(u2.s, ',' ORDER BY u2.s) FROM u AS u2 WHERE u2.k = t.k)",
+    "EXISTS (SELECT 1 FROM w AS w2 WHERE w2.k = t.k AND w2.z > 1)",
+    "t.k NOT IN (SELECT k FROM w)",
 ]
 
 #: Aggregates (arguments over t; FILTER on some).
