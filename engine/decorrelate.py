@@ -54,7 +54,7 @@ from sqlglot import exp
 from eddies.engine.compile import ONE_ROW
 from eddies.engine.errors import UnsupportedQueryError, describe
 from eddies.engine.sql import conjuncts_of
-from eddies.engine.sql_allowlist import is_where_conjunct, membership_subquery
+from eddies.engine.sql_allowlist import is_semi_join, membership_subquery
 
 #: Aggregates that are not NULL over no rows (the COUNT bug): eddies runs only count.
 _ZERO_OVER_NO_ROWS = (exp.Count,)
@@ -469,8 +469,9 @@ _FLAT_ARGS = {"expressions", "from_", "joins", "where", "distinct"}
 
 def membership_counts(select: exp.Select, tables: Any) -> None:
     """Rewrite each ``[NOT] EXISTS (q)`` / ``x [NOT] IN (q)`` of ``select``'s own SELECT
-    list and WHERE that is not a top-level WHERE term (under OR, in CASE, in the SELECT
-    list: the eddy's semi-/anti-join steps take only those) into scalar counting
+    list and WHERE that the eddy does not take as a semi-/anti-join step (one not a
+    top-level WHERE term — under OR, in CASE, in the SELECT list — or whose subquery
+    joins tables or nests a subquery: sql_allowlist.is_semi_join) into scalar counting
     subqueries, which :func:`decorrelate` (correlated) or composite.py (uncorrelated) run:
 
     - ``EXISTS (SELECT .. FROM f WHERE c)`` is ``(SELECT count(*) FROM f WHERE c) > 0``;
@@ -485,7 +486,7 @@ def membership_counts(select: exp.Select, tables: Any) -> None:
     """
     for node in list(select.find_all(exp.Exists, exp.In)):
         query = membership_subquery(node)
-        if query is None or node.parent_select is not select or is_where_conjunct(node):
+        if query is None or node.parent_select is not select or is_semi_join(node):
             continue
         what = "EXISTS (a subquery)" if isinstance(node, exp.Exists) else "IN (subquery)"
         if not isinstance(query, exp.Select):
@@ -495,9 +496,10 @@ def membership_counts(select: exp.Select, tables: Any) -> None:
         for key, value in query.args.items():
             if value and key not in _FLAT_ARGS:
                 raise UnsupportedQueryError(
-                    f"{what} with {key.rstrip('_').upper()} is not supported outside a "
-                    "top-level WHERE condition (there, only [NOT] EXISTS / [NOT] IN (SELECT "
-                    f"... FROM ... [WHERE ...])): {describe(node)}"
+                    f"{what} with {key.rstrip('_').upper()} is not supported here (a [NOT] "
+                    "IN / EXISTS subquery outside a top-level WHERE term, or joining "
+                    "tables, is counted, and may have no GROUP BY, HAVING, ORDER BY or "
+                    f"LIMIT): {describe(node)}"
                 )
         distinct = query.args.get("distinct")
         if distinct is not None and distinct.args.get("on") is not None:

@@ -178,10 +178,11 @@ def test_index_ams_and_mirrors(ams, sql):
         ("SELECT * FROM a WHERE a.k IN (SELECT k, w FROM b)", "exactly one column"),
         ("SELECT * FROM a WHERE a.k IN (SELECT k FROM b GROUP BY k)", "GROUP"),
         ("SELECT * FROM a WHERE EXISTS (SELECT 1 FROM b LIMIT 1)", "LIMIT"),
-        ("SELECT * FROM a WHERE EXISTS (SELECT 1 FROM b JOIN c ON b.k = c.k)", "JOINS"),
+        ("SELECT * FROM a WHERE EXISTS (SELECT 1 FROM b JOIN c ON b.k = c.k LIMIT 1)", "LIMIT"),
         (
-            "SELECT * FROM a WHERE EXISTS (SELECT 1 FROM b WHERE b.k IN (SELECT k FROM c))",
-            "IN (subquery)",
+            "SELECT * FROM a WHERE EXISTS (SELECT 1 FROM b WHERE b.k IN (SELECT k FROM c) "
+            "GROUP BY b.k)",
+            "GROUP",
         ),
     ],
 )

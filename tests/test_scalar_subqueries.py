@@ -167,6 +167,11 @@ def test_correlated_scalar_subqueries_match_duckdb(sql):
         "SELECT t.id, NULL IN (SELECT k FROM v), 3 IN (SELECT k FROM v WHERE z < 0) FROM t",
         "SELECT t.s, count(*) FILTER (WHERE t.k IN (SELECT k FROM v)) FROM t GROUP BY t.s",
         "SELECT t.id, t.k IN (SELECT DISTINCT k FROM u WHERE k > 1) FROM t",
+        # top-level terms the semi-join step does not take: joins or a subquery inside
+        "SELECT t.id FROM t WHERE EXISTS (SELECT 1 FROM u JOIN v ON u.k = v.k WHERE u.k = t.k)",
+        "SELECT t.id FROM t WHERE t.k NOT IN (SELECT u.k FROM u JOIN v ON u.k = v.k WHERE v.z > 0)",
+        "SELECT t.id FROM t WHERE EXISTS (SELECT 1 FROM u WHERE u.k IN (SELECT k FROM v) "
+        "AND u.k = t.k)",
         # an all-constant CASE gave one value for a batch of rows
         "SELECT t.id, CASE WHEN 1 > 0 THEN 'a' ELSE 'b' END FROM t",
     ],
