@@ -216,7 +216,22 @@ def decorrelate(select: exp.Select, tables: Any, fresh: Callable[[str], str]) ->
         item, name = select.expressions[index], names[index]
         if name is not None:
             item.replace(exp.alias_(item.copy(), name, quoted=True))
+    if done:
+        _hide_from_stars(select, done)
     return done
+
+
+def _hide_from_stars(select: exp.Select, done: list[Correlation]) -> None:
+    """``SELECT *`` must not show the derived tables' columns: each bare ``*`` EXCLUDEs
+    them, qualified (``* EXCLUDE (__sq_1.__k0, ...)``, planner._star_items)."""
+    hidden = [
+        exp.column(item.alias_or_name, table=c.alias)
+        for c in done
+        for item in c.join.this.this.expressions
+    ]
+    for item in select.expressions:
+        if isinstance(item, exp.Star):
+            item.set("except_", [*(item.args.get("except_") or []), *(h.copy() for h in hidden)])
 
 
 def string_mismatch(key: pa.DataType, outer: pa.DataType) -> bool:

@@ -136,6 +136,13 @@ def _check(sql: str, tables=TABLES) -> None:
         "EXISTS (SELECT 1 FROM v WHERE v.k = u.k)) FROM t",
         # a self-join through the subquery, with aliases
         "SELECT a.id, (SELECT count(*) FROM t AS b WHERE b.k = a.k) FROM t AS a",
+        # SELECT * does not show the derived tables' columns
+        "SELECT *, (SELECT count(*) FROM u WHERE u.k = t.k) FROM t",
+        "SELECT * FROM t JOIN v USING (k) WHERE t.x > (SELECT min(u.y) FROM u WHERE u.k = t.k)",
+        "SELECT * EXCLUDE (s) FROM t WHERE t.x > (SELECT min(u.y) FROM u WHERE u.k = t.k)",
+        "SELECT *, row_number() OVER (ORDER BY id) FROM t WHERE t.x > "
+        "(SELECT min(u.y) FROM u WHERE u.k = t.k)",
+        "SELECT DISTINCT * FROM t WHERE t.s = 'a' OR t.k IN (SELECT k FROM v)",
         # an unqualified outer column (u has no x)
         "SELECT t.id, (SELECT count(*) FROM u WHERE u.y * 2 = x) FROM t",
         # a derived table inside the subquery, merged into it by sqlglot first

@@ -302,6 +302,8 @@ def projection_block(draw) -> str:
     distinct = "DISTINCT " if draw(st.booleans()) and len(items) > 1 else ""
     if distinct:
         items = items[1:]  # without the id, DISTINCT has duplicates to remove
+    elif draw(st.integers(0, 3)) == 0:
+        items = ["*", *items[1:]]  # every FROM column, and nothing the rewrites add
     sql = f"SELECT {distinct}{', '.join(items)} FROM {from_sql}{draw(where_clause())}"
     if draw(st.integers(0, 4)) == 0:
         sql += f" ORDER BY ALL LIMIT {draw(st.integers(0, 6))}"  # whole rows: no ties
