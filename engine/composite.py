@@ -591,6 +591,8 @@ async def _window_block(select: exp.Select, ctx: _Context, put: Put) -> pa.Schem
     """Run the block's FROM ... HAVING in the eddy and its windows, QUALIFY, DISTINCT
     [ON], ORDER BY, LIMIT and OFFSET in DuckDB over the eddy's output (window_split.py)."""
     split = split_window_block(select, {name.lower() for name in ctx.tables.functions})
+    if select.args.get("limit") is not None and _bound(select, "limit") == 0:
+        split.inner.set("limit", exp.Limit(expression=exp.Literal.number(0)))  # evaluate none
     base, outer = split.above(await _collect(split.inner, ctx))
     sql = outer.sql(dialect="duckdb")
     log.debug("composite: operators above the eddy", sql=sql)

@@ -53,8 +53,8 @@ class Finalizer:
     async def push(self, batch: pa.RecordBatch) -> list[pa.RecordBatch]:
         spec = self.spec
         n = batch.num_rows
-        if n == 0 or self.satisfied:
-            return []
+        if n == 0 or self.satisfied or spec.limit == 0:
+            return []  # LIMIT 0: nothing is evaluated (as in DuckDB: no error can arise)
         env = self._env(batch)
         if spec.group is not None:
             extras = [(j, e) for j, a in enumerate(spec.aggregates) for e in a.extra]
