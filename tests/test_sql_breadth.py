@@ -427,6 +427,25 @@ def _check(sql: str, data: dict[str, pa.Table], policies: tuple[str, ...]) -> No
     check_all(sql, data, policies=policies, batch_sizes=BATCH_SIZES, errors_too=True)
 
 
+NAN = {"t": pa.table({"x": [1.0, float("nan")], "k": [1, 2]})}
+
+
+@pytest.mark.parametrize(
+    "sql",
+    [
+        # found by the generator: DuckDB evaluates nothing under LIMIT 0, so a cast that
+        # would fail (NaN to INTEGER) is no error; eddies evaluated it before sorting
+        "SELECT CAST(x AS INTEGER) FROM t ORDER BY 1 LIMIT 0",
+        "SELECT CAST(x AS INTEGER), k FROM t ORDER BY ALL LIMIT 0",
+        "SELECT k, sum(CAST(x AS INTEGER)) FROM t GROUP BY k ORDER BY k LIMIT 0",
+        "SELECT CAST(x AS INTEGER), row_number() OVER () FROM t LIMIT 0",
+        "SELECT CAST(x AS INTEGER) FROM t ORDER BY ALL LIMIT 1",  # an error in both
+    ],
+)
+def test_found_by_the_generator(sql):
+    check_all(sql, NAN, policies=("lottery", "rank"), batch_sizes=BATCH_SIZES, errors_too=True)
+
+
 @given(sql=statements, data=tables())
 @settings(max_examples=FAST_EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 def test_breadth_fast(sql, data):
