@@ -13,12 +13,13 @@ engine/composite.py runs the derived table as its own query, and the outer eddy 
 as a LEFT JOIN step (engine/join_steps.py): a row of t whose key has no group is padded
 with NULLs once the derived table's SteM is complete (stems-2003 §2.1.4). The rules:
 
-- *Correlation*: each conjunct of the subquery's WHERE that reads the outer row must be
+- *Correlation*: when each conjunct of the subquery's WHERE that reads the outer row is
   ``inner = outer`` or ``inner IS NOT DISTINCT FROM outer`` (one side reads only the
-  subquery's tables, the other only the outer row): the inner sides become the GROUP BY
-  keys, the pairs the join's ON. A conjunct over the outer row alone (``t.x > 5``) joins
-  the ON too (false: the subquery is over no rows). Anything else (``u.y < t.x``) is
-  refused: grouping needs equalities.
+  subquery's tables, the other only the outer row), the inner sides become the GROUP BY
+  keys and the pairs the join's ON. A conjunct over the outer row alone (``t.x > 5``)
+  joins the ON too (false: the subquery is over no rows). Any other correlation
+  (``u.y < t.x``) goes through the domain of the outer values it reads (:func:`_domain`):
+  the distinct values are joined into the subquery and it is grouped on them.
 - *NULL keys*: ``u.k = t.k`` is never TRUE when either is NULL, so such a row meets no
   group and sees the subquery over no rows, as SQL says; ``IS NOT DISTINCT FROM`` matches
   the NULL group.
@@ -37,7 +38,8 @@ with NULLs once the derived table's SteM is complete (stems-2003 §2.1.4). The r
 
 Refused with UnsupportedQueryError: a correlated subquery outside the SELECT list and
 WHERE (HAVING, ORDER BY, ON), one with GROUP BY, HAVING, QUALIFY, a window, WITH, a set
-operation or a nested subquery, outer columns inside its aggregates or its FROM, and one
+operation or a nested subquery reading the outermost row, outer columns inside its
+aggregates or its FROM, a string key compared with a non-string, and one
 in the SELECT list of an aggregating block unless every outer column it reads is a
 GROUP BY key (or the block has GROUP BY ALL, which groups by the subquery's value).
 """
@@ -287,6 +289,7 @@ def _rewrite(
     keep: list[exp.Expression] = []
     keys: list[tuple[exp.Expression, exp.Expression, type]] = []
     on_only: list[exp.Expression] = []
+    correlated: list[exp.Expression] = []
     for conjunct in conjuncts_of(where.this) if where is not None else []:
         reads_outer, reads_inner = _reads(conjunct, outer)
         if not reads_outer:
@@ -294,20 +297,20 @@ def _rewrite(
         elif not reads_inner:
             on_only.append(conjunct)
         else:
-            pair = _key_pair(conjunct, outer)
-            if pair is None:
-                raise _refuse(
-                    "correlated by anything but equalities (inner = outer) is not supported",
-                    conjunct,
-                )
-            keys.append(pair)
+            correlated.append(conjunct)
+    pairs = [_key_pair(c, outer) for c in correlated]
+    joins = [j.copy() for j in query.args.get("joins") or []]
+    if all(p is not None for p in pairs):
+        keys = [p for p in pairs if p is not None]
+    else:  # not only equalities: correlate through the outer values' domain
+        keys = _domain(select, correlated, outer, keep, joins, fresh)
 
     alias = fresh("sq")
     item = query.expressions[0]
     value = item.unalias()  # rewritten in place: the subquery is replaced below
     derived = exp.Select()
     derived.set("from_", query.args["from_"].copy())
-    derived.set("joins", [j.copy() for j in query.args.get("joins") or []])
+    derived.set("joins", joins)
     if keep:
         derived = derived.where(exp.and_(*[c.copy() for c in keep]), copy=False)
     key_items = [exp.alias_(inner.copy(), f"__k{i}") for i, (inner, _, _) in enumerate(keys)]
@@ -358,6 +361,95 @@ def _rewrite(
     sub.replace(exp.paren(replacement_value, copy=False))
     select.append("joins", join)
     return Correlation(alias, [outer_side for _, outer_side, _ in keys], join)
+
+
+#: Operators whose result is NULL when an operand is NULL (a WHERE term of them drops it).
+_STRICT = (exp.EQ, exp.NEQ, exp.GT, exp.GTE, exp.LT, exp.LTE, exp.Add, exp.Sub, exp.Mul)
+_STRICT += (exp.Div, exp.Mod, exp.Neg, exp.Paren, exp.Cast)
+
+
+def _domain(
+    select: exp.Select,
+    correlated: list[exp.Expression],
+    outer: set[int],
+    keep: list[exp.Expression],
+    joins: list[exp.Expression],
+    fresh: Callable[[str], str],
+) -> list[tuple[exp.Expression, exp.Expression, type]]:
+    """Correlation by any condition (``u.y < t.x``), through the *domain* of the outer
+    values it reads (magic decorrelation, as DuckDB's dependent-join flattening): the
+    distinct values ``(SELECT DISTINCT t.x AS __d0 FROM <the block's FROM>)`` are CROSS
+    JOINed into the subquery (appended to ``joins``), the correlated terms read them
+    instead of the outer row (appended to ``keep``), and the derived table is grouped on
+    them. Returns the keys: each domain column against its outer column, ``=`` where a
+    term is NULL whenever that column is (a NULL value then has no rows, as in SQL), and
+    ``IS NOT DISTINCT FROM`` otherwise (the NULL value's group is its own)."""
+    columns: dict[str, exp.Column] = {}
+    for conjunct in correlated:
+        for column in conjunct.find_all(exp.Column):
+            if id(column) in outer:
+                columns.setdefault(column.sql(dialect="duckdb"), column)
+    domain_alias = fresh("domain")
+    domain = exp.Select(
+        expressions=[exp.alias_(c.copy(), f"__d{i}") for i, c in enumerate(columns.values())],
+        distinct=exp.Distinct(),
+    )
+    domain.set("from_", select.args["from_"].copy())
+    domain.set(
+        "joins",
+        [j.copy() for j in select.args.get("joins") or [] if not _added(j)],
+    )
+    index = {text: i for i, text in enumerate(columns)}
+    strict: set[int] = set()
+    for conjunct in correlated:
+        copy = conjunct.copy()
+        for column in list(copy.find_all(exp.Column)):
+            text = column.sql(dialect="duckdb")
+            original = next(
+                (
+                    c
+                    for c in conjunct.find_all(exp.Column)
+                    if id(c) in outer and c.sql(dialect="duckdb") == text
+                ),
+                None,
+            )
+            if original is None:
+                continue
+            if _strict_in(column, copy):
+                strict.add(index[text])
+            column.replace(exp.column(f"__d{index[text]}", table=domain_alias))
+        keep.append(copy)
+    joins.append(
+        exp.Join(
+            this=exp.Subquery(
+                this=domain, alias=exp.TableAlias(this=exp.to_identifier(domain_alias))
+            ),
+            kind="CROSS",
+        )
+    )
+    return [
+        (
+            exp.column(f"__d{i}", table=domain_alias),
+            column.copy(),
+            exp.EQ if i in strict else exp.NullSafeEQ,
+        )
+        for i, column in enumerate(columns.values())
+    ]
+
+
+def _strict_in(node: exp.Expression, top: exp.Expression) -> bool:
+    """Whether ``top`` is NULL whenever ``node`` is: only strict operators between them."""
+    while node is not top:
+        node = node.parent
+        if not isinstance(node, _STRICT):
+            return False
+    return True
+
+
+def _added(join: exp.Expression) -> bool:
+    """A LEFT JOIN this module added for an earlier subquery of the block."""
+    table = join.this
+    return isinstance(table, exp.Subquery) and table.alias_or_name.startswith("__sq_")
 
 
 def _key_pair(

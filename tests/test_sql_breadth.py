@@ -195,6 +195,7 @@ SUBQUERY_PREDICATES = [
     "(t.x < 0 OR t.k IN (SELECT k FROM w WHERE z > 0.7))",
     "(t.s IS NULL OR t.k NOT IN (SELECT u2.k FROM u AS u2 WHERE u2.y > 3))",
     "(t.x > 2 OR NOT EXISTS (SELECT 1 FROM w AS w2 WHERE w2.k = t.k))",
+    "t.x > (SELECT avg(w2.z) FROM w AS w2 WHERE w2.k < t.k)",
     "EXISTS (SELECT 1 FROM u AS e JOIN w AS f ON e.k = f.k WHERE e.k = t.k)",
     "t.k NOT IN (SELECT e.k FROM u AS e WHERE e.y IN (SELECT k FROM w))",
 ]
@@ -207,6 +208,7 @@ SELECT_SUBQUERIES = [
     "(SELECT w2.z FROM w AS w2 WHERE w2.k = t.k)",
     "(SELECT string_agg(u2.s, ',' ORDER BY u2.s) FROM u AS u2 WHERE u2.k = t.k)",
     "EXISTS (SELECT 1 FROM w AS w2 WHERE w2.k = t.k AND w2.z > 1)",
+    "(SELECT count(*) FROM u AS u2 WHERE u2.y > t.x)",
     "t.k NOT IN (SELECT k FROM w)",
 ]
 
