@@ -495,9 +495,15 @@ def _in_list(value: Any, *items: Any) -> Any:
     return found
 
 
+def _as_bool(v: Any) -> Any:
+    """A CASE condition: NULL-typed (``WHEN NULL``, a key column of no rows) as BOOLEAN."""
+    v = _plain(v)
+    return cast_to(v, pa.bool_()) if v.type == pa.null() else v
+
+
 def _case(n_whens: int, has_default: bool) -> Callable[..., Any]:
     def fn(*values: Any) -> Any:
-        conds = [pc.fill_null(values[2 * i], False) for i in range(n_whens)]
+        conds = [pc.fill_null(_as_bool(values[2 * i]), False) for i in range(n_whens)]
         results = [values[2 * i + 1] for i in range(n_whens)]
         default = values[-1] if has_default else pa.scalar(None)
         *results, default = unify([*results, default])

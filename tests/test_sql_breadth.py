@@ -442,6 +442,9 @@ NAN = {"t": pa.table({"x": [1.0, float("nan")], "k": [1, 2]})}
         "SELECT k, sum(CAST(x AS INTEGER)) FROM t GROUP BY k ORDER BY k LIMIT 0",
         "SELECT CAST(x AS INTEGER), row_number() OVER () FROM t LIMIT 0",
         "SELECT CAST(x AS INTEGER) FROM t ORDER BY ALL LIMIT 1",  # an error in both
+        # CASE WHEN over a NULL-typed condition (WHEN NULL; a group key of no rows)
+        "SELECT CASE WHEN NULL THEN 1 ELSE 0 END FROM t",
+        "SELECT CASE WHEN x > 5 THEN 1 ELSE 0 END FROM t WHERE k > 5 GROUP BY x > 5",
     ],
 )
 def test_found_by_the_generator(sql):
