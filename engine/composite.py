@@ -348,7 +348,11 @@ async def _derived_tables(select: exp.Select, ctx: _Context) -> None:
         alias = sub.alias_or_name or ctx.fresh("subquery")
         name = ctx.fresh("derived")
         ctx.tables.add(name, await _collect(sub.this, ctx), f"the derived table {alias!r}")
-        sub.replace(exp.Table(this=exp.to_identifier(name), alias=exp.TableAlias(this=alias)))
+        sub.replace(
+            exp.Table(
+                this=exp.to_identifier(name), alias=exp.TableAlias(this=exp.to_identifier(alias))
+            )
+        )
 
 
 async def _scalar_subqueries(select: exp.Select, ctx: _Context) -> None:

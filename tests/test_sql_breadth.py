@@ -451,6 +451,31 @@ def test_found_by_the_generator(sql):
     check_all(sql, NAN, policies=("lottery", "rank"), batch_sizes=BATCH_SIZES, errors_too=True)
 
 
+SMALL = {
+    "t": pa.table(
+        {
+            "id": pa.array(range(4), pa.int64()),
+            "k": pa.array([0, 0, 1, None], pa.int64()),
+            "x": [-1.5, 2.0, None, 0.5],
+        }
+    ),
+    "u": pa.table({"k": pa.array([1, 1, 0], pa.int32()), "y": pa.array([1, 3, 1], pa.int64())}),
+}
+
+
+@pytest.mark.parametrize(
+    "sql",
+    [
+        # found by the generator: a derived table joined in FROM got a TableAlias holding
+        # a str, which sqlglot's qualify (merging the domain subquery) crashed on
+        "SELECT *, (SELECT count(*) FROM u AS u2 WHERE u2.y > t.x) FROM t JOIN "
+        "(SELECT k, count(*) AS n FROM u GROUP BY k) AS g ON t.k = g.k",
+    ],
+)
+def test_found_by_the_generator_over_joins(sql):
+    check_all(sql, SMALL, policies=("lottery", "rank"), batch_sizes=BATCH_SIZES)
+
+
 @given(sql=statements, data=tables())
 @settings(max_examples=FAST_EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 def test_breadth_fast(sql, data):
