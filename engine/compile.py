@@ -496,16 +496,25 @@ def _in_list(value: Any, *items: Any) -> Any:
     return found
 
 
+def _as_bool(v: Any) -> Any:
+    """A CASE condition: NULL-typed (``WHEN NULL``, a key column of no rows) as BOOLEAN."""
+    v = _plain(v)
+    return cast_to(v, pa.bool_()) if v.type == pa.null() else v
+
+
 def _case(n_whens: int, has_default: bool) -> Callable[..., Any]:
     def fn(*values: Any) -> Any:
-        conds = [pc.fill_null(values[2 * i], False) for i in range(n_whens)]
+        conds = [pc.fill_null(_as_bool(values[2 * i]), False) for i in range(n_whens)]
         results = [values[2 * i + 1] for i in range(n_whens)]
         default = values[-1] if has_default else pa.scalar(None)
         *results, default = unify([*results, default])
         n = max((len(v) for v in values if isinstance(v, pa.Array)), default=1)
         cond_arrays = [_broadcast_bool(c, n) for c in conds]
         struct = pa.StructArray.from_arrays(cond_arrays, names=[f"c{i}" for i in range(n_whens)])
-        return pc.case_when(struct, *results, default)
+        out = pc.case_when(struct, *results, default)
+        if not any(isinstance(v, pa.Array | pa.ChunkedArray) for v in values):
+            return out[0]  # all constants: a constant (one value per row would be wrong)
+        return out
 
     return fn
 
@@ -578,6 +587,28 @@ _SQLGLOT_FUNCTIONS: dict[type, str] = {
     exp.Ln: "ln",
     exp.Nullif: "nullif",
 }
+
+
+# ----------------------------------------------------- decorrelated scalar subqueries
+#: The function engine/decorrelate.py writes for a correlated subquery without aggregate.
+ONE_ROW = "__eddies_one_row"
+#: DuckDB 2.0's message for a scalar subquery with more than one row.
+MORE_THAN_ONE_ROW = (
+    "More than one row returned by a subquery used as an expression - scalar subqueries "
+    "can only return a single row"
+)
+
+
+def _one_row(n: Any, value: Any) -> Any:
+    """``__eddies_one_row(n, value)``: a correlated scalar subquery's value from its row
+    count ``n`` per outer row: NULL where ``n`` is NULL or 0 (no row), ``value`` where it
+    is 1, and EddiesError (as DuckDB's SINGLE join raises) if any row has more."""
+    n, value = _plain(n), _plain(value)
+    most = pc.max(n) if isinstance(n, pa.Array | pa.ChunkedArray) else n
+    if (most.as_py() or 0) > 1:
+        raise EddiesError(MORE_THAN_ONE_ROW)
+    one = pc.fill_null(pc.greater_equal(n, 1), False)
+    return pc.if_else(one, value, pa.scalar(None, value.type))
 
 
 # ------------------------------------------------------------------- string functions
@@ -1299,6 +1330,10 @@ def _compile_function(
     def ops(*names: str) -> list[Expr]:
         return [sub(node.args[k]) for k in names if node.args.get(k) is not None]
 
+    if isinstance(node, exp.Anonymous) and str(node.this).lower() == ONE_ROW:
+        if len(node.expressions) != 2:
+            raise UnsupportedQueryError(f"{describe(node)} takes a count and a value")
+        return _one_row, [sub(e) for e in node.expressions]
     if isinstance(node, exp.Substring):
         return _per_params(_substring, _STR), ops("this", "start", "length")
     if isinstance(node, exp.Trim):

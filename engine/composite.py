@@ -11,6 +11,8 @@ queries and the steps around them, on the sqlglot tree:
 - ``FROM (SELECT ...) AS d``: a derived table is run the same way, as its own query whose
   result becomes a table of the outer block (whatever it holds: aggregates, LIMIT,
   DISTINCT, windows).
+- correlated scalar subqueries ``(SELECT max(y) FROM u WHERE u.k = t.k)``: rewritten
+  into a grouped derived table and a LEFT JOIN step (engine/decorrelate.py).
 - scalar subqueries ``(SELECT avg(x) FROM t)``: run first; their one value becomes a typed
   literal in the outer block, so the outer eddy still streams and its LIMIT still stops
   it early. More than one row (or column) fails with an EddiesError, as in DuckDB.
@@ -42,7 +44,14 @@ from sqlglot import exp
 
 from eddies.engine.above import run_above
 from eddies.engine.catalog import CatalogTable
-from eddies.engine.compile import cast_to, common_type
+from eddies.engine.compile import MORE_THAN_ONE_ROW, cast_to, common_type
+from eddies.engine.decorrelate import (
+    Correlation,
+    decorrelate,
+    membership_counts,
+    outer_columns,
+    string_mismatch,
+)
 from eddies.engine.errors import EddiesError, UnsupportedQueryError, describe
 from eddies.engine.options import RunOptions
 from eddies.engine.planner import plan_query
@@ -249,6 +258,11 @@ async def _emit(node: exp.Expression, ctx: _Context, put: Put) -> pa.Schema:
     if not isinstance(node, exp.Select):
         raise UnsupportedQueryError(f"only SELECT queries are supported, got {describe(node)}")
     await _derived_tables(node, ctx)
+    membership_counts(node, ctx.tables)  # IN / EXISTS under OR ...: counting subqueries
+    correlations = decorrelate(node, ctx.tables, ctx.fresh)  # scalar subqueries: LEFT JOINs
+    if correlations:
+        await _derived_tables(node, ctx)
+        _check_key_types(node, correlations, ctx)
     await _scalar_subqueries(node, ctx)
     _group_by_all(node)
     if needs_above(node):
@@ -279,17 +293,46 @@ async def _eddy(sql: str, ctx: _Context, put: Put, limit: int | None = None) -> 
     return results.schema
 
 
-def _refuse_correlated(sub: exp.Expression, what: str) -> None:
-    """A subquery naming a table alias it does not define reads the outer query's row."""
-    defined = {t.alias_or_name.lower() for t in sub.find_all(exp.Table)}
-    defined |= {c.alias_or_name.lower() for c in sub.find_all(exp.CTE)}
-    defined |= {s.alias_or_name.lower() for s in sub.find_all(exp.Subquery) if s.alias}
-    for column in sub.find_all(exp.Column):
-        if column.table and column.table.lower() not in defined:
-            raise UnsupportedQueryError(
-                f"a correlated {what} (it reads {column.table!r} of the outer query) is not "
-                f"supported: {describe(column)}"
-            )
+def _refuse_correlated(sub: exp.Expression, what: str, ctx: _Context) -> None:
+    """A subquery reading a column of the outer query's row (decorrelate.outer_columns)."""
+    for column in outer_columns(sub.this, ctx.tables):
+        raise UnsupportedQueryError(
+            f"a correlated {what} (it reads {column.sql(dialect='duckdb')} of the outer "
+            f"query) is not supported: {describe(column)}"
+        )
+
+
+def _check_key_types(select: exp.Select, correlations: list[Correlation], ctx: _Context) -> None:
+    """Refuse a correlation key that compares a string with a non-string (see
+    decorrelate.string_mismatch): the derived tables are run, so their key types are known,
+    and the outer sides' types come from planning them over the block's own FROM."""
+    added = {id(c.join) for c in correlations}
+    probe = exp.Select(
+        expressions=[
+            exp.alias_(key.copy(), f"__o{i}_{j}")
+            for i, c in enumerate(correlations)
+            for j, key in enumerate(c.outer_keys)
+        ]
+    )
+    if not probe.expressions:
+        return
+    probe.set("from_", select.args["from_"].copy())
+    probe.set("joins", [j.copy() for j in select.args.get("joins") or [] if id(j) not in added])
+    try:
+        outer = plan_query(probe.sql(dialect="duckdb"), ctx.tables).finalize.schema
+    except EddiesError:
+        return  # the block itself fails the same way, naming its own text
+    position = 0
+    for c in correlations:
+        keys = ctx.tables.table(c.join.this.name).schema
+        for j, key in enumerate(c.outer_keys):
+            inner_type, outer_type = keys.field(f"__k{j}").type, outer.field(position).type
+            position += 1
+            if string_mismatch(inner_type, outer_type):
+                raise UnsupportedQueryError(
+                    f"a correlated scalar subquery comparing {inner_type} with {outer_type} "
+                    f"is not supported (cast one side explicitly): {describe(key)}"
+                )
 
 
 async def _derived_tables(select: exp.Select, ctx: _Context) -> None:
@@ -301,11 +344,15 @@ async def _derived_tables(select: exp.Select, ctx: _Context) -> None:
         sub = item.this
         if not isinstance(sub, exp.Subquery):
             continue
-        _refuse_correlated(sub, "derived table")
+        _refuse_correlated(sub, "derived table", ctx)
         alias = sub.alias_or_name or ctx.fresh("subquery")
         name = ctx.fresh("derived")
         ctx.tables.add(name, await _collect(sub.this, ctx), f"the derived table {alias!r}")
-        sub.replace(exp.Table(this=exp.to_identifier(name), alias=exp.TableAlias(this=alias)))
+        sub.replace(
+            exp.Table(
+                this=exp.to_identifier(name), alias=exp.TableAlias(this=exp.to_identifier(alias))
+            )
+        )
 
 
 async def _scalar_subqueries(select: exp.Select, ctx: _Context) -> None:
@@ -313,7 +360,7 @@ async def _scalar_subqueries(select: exp.Select, ctx: _Context) -> None:
     for sub in list(select.find_all(exp.Subquery)):
         if sub.parent_select is not select or isinstance(sub.parent, exp.In):
             continue  # inside another subquery, or IN (SELECT ...): not a scalar subquery
-        _refuse_correlated(sub, "subquery")
+        _refuse_correlated(sub, "subquery", ctx)
         table = await _collect(sub.this, ctx)
         if table.num_columns != 1:
             raise UnsupportedQueryError(
@@ -321,10 +368,7 @@ async def _scalar_subqueries(select: exp.Select, ctx: _Context) -> None:
                 f"{table.num_columns}: {describe(sub)}"
             )
         if table.num_rows > 1:
-            raise EddiesError(
-                "More than one row returned by a subquery used as an expression - scalar "
-                f"subqueries can only return a single row: {describe(sub)}"
-            )
+            raise EddiesError(f"{MORE_THAN_ONE_ROW}: {describe(sub)}")
         column = table.column(0)
         value = column[0] if table.num_rows else pa.scalar(None, column.type)
         sub.replace(exp.paren(typed_literal(value, sub)))
@@ -551,6 +595,8 @@ async def _window_block(select: exp.Select, ctx: _Context, put: Put) -> pa.Schem
     """Run the block's FROM ... HAVING in the eddy and its windows, QUALIFY, DISTINCT
     [ON], ORDER BY, LIMIT and OFFSET in DuckDB over the eddy's output (window_split.py)."""
     split = split_window_block(select, {name.lower() for name in ctx.tables.functions})
+    if select.args.get("limit") is not None and _bound(select, "limit") == 0:
+        split.inner.set("limit", exp.Limit(expression=exp.Literal.number(0)))  # evaluate none
     base, outer = split.above(await _collect(split.inner, ctx))
     sql = outer.sql(dialect="duckdb")
     log.debug("composite: operators above the eddy", sql=sql)

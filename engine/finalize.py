@@ -53,8 +53,8 @@ class Finalizer:
     async def push(self, batch: pa.RecordBatch) -> list[pa.RecordBatch]:
         spec = self.spec
         n = batch.num_rows
-        if n == 0 or self.satisfied:
-            return []
+        if n == 0 or self.satisfied or spec.limit == 0:
+            return []  # LIMIT 0: nothing is evaluated (as in DuckDB: no error can arise)
         env = self._env(batch)
         if spec.group is not None:
             extras = [(j, e) for j, a in enumerate(spec.aggregates) for e in a.extra]
@@ -148,19 +148,23 @@ class Finalizer:
                 pre = pre.append_column(f"__nan{j}", pc.is_nan(pre.column(f"__a{j}")))
             grouped = pre.group_by([f"__g{i}" for i in range(n_groups)], use_threads=False)
             single = [j for j, a in enumerate(spec.aggregates) if _population(a)]
+            kernels = [
+                _kernel(a.function, pre.column(f"__a{j}").type)
+                for j, a in enumerate(spec.aggregates)
+            ]
             agg = grouped.aggregate(
                 [(x, "list") for xs in _extra_names(spec.aggregates) for x in xs]
                 + [(f"__a{j}", "count") for j in single]
                 + [
-                    (f"__a{j}", a.function)
+                    (f"__a{j}", kernels[j])
                     if a.options is None
-                    else (f"__a{j}", a.function, a.options)
+                    else (f"__a{j}", kernels[j], a.options)
                     for j, a in enumerate(spec.aggregates)
                 ]
                 + [(f"__nan{j}", "any") for j in nan_max]
             )
             for j in single:  # DuckDB: the population statistic of one value is 0
-                i = agg.column_names.index(f"__a{j}_{spec.aggregates[j].function}")
+                i = agg.column_names.index(f"__a{j}_{kernels[j]}")
                 one = pc.equal(agg.column(f"__a{j}_count"), 1)
                 fixed = pc.if_else(one, pa.scalar(0.0, pa.float64()), agg.column(i))
                 agg = agg.set_column(i, agg.column_names[i], fixed).drop_columns([f"__a{j}_count"])
@@ -171,9 +175,7 @@ class Finalizer:
                     lists = [agg.column(i)] + [agg.column(f"{x}_list") for x in extra_names[j]]
                     agg = agg.set_column(i, f"__a{j}_list", _list_post(_zip_lists(lists), a.post))
             agg = agg.drop_columns([f"{x}_list" for xs in extra_names for x in xs])
-            output_names = {
-                f"__a{j}_{a.function}": f"__a{j}" for j, a in enumerate(spec.aggregates)
-            }
+            output_names = {f"__a{j}_{kernels[j]}": f"__a{j}" for j in range(len(kernels))}
             agg = agg.rename_columns([output_names.get(c, c) for c in agg.column_names])
             for j in nan_max:
                 has_nan = pc.fill_null(agg.column(f"__nan{j}_any"), False)
@@ -245,6 +247,14 @@ def _zip_lists(lists: list[Any]) -> Any:
     return pa.ListArray.from_arrays(offsets, pa.StructArray.from_arrays(flats, names=names))
 
 
+def _kernel(function: str, values: pa.DataType) -> str:
+    """The pyarrow kernel for ``function`` over ``values``: Arrow's ``first`` (any_value)
+    has no decimal kernel, and ``min`` is as good an "any value" (non-NULL, of the group)."""
+    if function == "first" and pa.types.is_decimal(values):
+        return "min"
+    return function
+
+
 def _scalar_aggregate(values: Any, function: str, options: Any = None, post: Any = None) -> Any:
     if post is not None:  # one group of every row
         columns = [c.combine_chunks() for c in values]
@@ -259,7 +269,7 @@ def _scalar_aggregate(values: Any, function: str, options: Any = None, post: Any
             return None
         if options == _POPULATION and pc.count(values).as_py() == 1:
             return 0.0  # DuckDB: the population statistic of one value is 0
-        return getattr(pc, function)(values, options=options).as_py()
+        return getattr(pc, _kernel(function, values.type))(values, options=options).as_py()
     if function == "count":
         return pc.count(values).as_py()
     if function == "count_distinct":

@@ -440,12 +440,51 @@ def _in_subquery(node: exp.Subquery) -> bool:
     return isinstance(node.parent, exp.In) and node.arg_key == "query"
 
 
+def is_where_conjunct(node: exp.Expression) -> bool:
+    """Whether ``node`` (under NOT / parentheses) is a top-level AND term of its SELECT's
+    WHERE: where the eddy takes [NOT] IN / [NOT] EXISTS subqueries as semi-/anti-joins."""
+    while isinstance(node.parent, exp.Not | exp.Paren):
+        node = node.parent
+    while isinstance(node.parent, exp.And | exp.Paren):
+        node = node.parent
+    where = node.parent
+    return isinstance(where, exp.Where) and isinstance(where.parent, exp.Select)
+
+
+def is_semi_join(node: exp.Expression) -> bool:
+    """Whether the eddy takes ``node`` ([NOT] EXISTS / [NOT] IN (SELECT ...)) as a semi- or
+    anti-join step: a top-level WHERE term whose subquery reads one plain table, with no
+    join and no subquery inside (engine/join_steps.py checks the rest of its shape)."""
+    query = membership_subquery(node)
+    if query is None or not is_where_conjunct(node):
+        return False
+    if not isinstance(query, exp.Select):
+        return True  # the eddy's own error names it
+    if query.args.get("joins"):
+        return False
+    source = query.args.get("from_")
+    if source is None or not isinstance(source.this, exp.Table):
+        return False
+    return next(query.find_all(exp.Exists, exp.Subquery), None) is None
+
+
+def membership_subquery(node: exp.Expression) -> exp.Expression | None:
+    """The query of ``EXISTS (query)`` or ``x IN (query)``, else None."""
+    if isinstance(node, exp.Exists):
+        return node.this
+    if isinstance(node, exp.In) and isinstance(node.args.get("query"), exp.Subquery):
+        return node.args["query"].this
+    return None
+
+
 def composite_construct(root: exp.Expression) -> tuple[exp.Expression, str] | None:
     """The first construct of ``root`` that engine/composite.py runs around the eddy (a
     node and its name), or None when ``root`` is one eddy query."""
     for node in root.walk():
         if isinstance(node, exp.With):
             return node, "WITH (common table expressions)"
+        if membership_subquery(node) is not None and not is_semi_join(node):
+            return node, "[NOT] IN / EXISTS (a subquery) the eddy does not take as a semi-join"
         if isinstance(node, exp.Subquery) and not _in_subquery(node):
             where = node.parent
             in_from = isinstance(where, exp.From | exp.Join)

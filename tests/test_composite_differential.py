@@ -245,7 +245,10 @@ def test_group_order_all_and_distinct_on(sql, keys):
         ("SELECT a FROM t UNION BY NAME SELECT a FROM u", "BY NAME"),
         ("SELECT * FROM (SELECT a, a FROM t) AS d", "two columns named"),
         ("SELECT *, count(*) FROM t GROUP BY ALL", "GROUP BY ALL with *"),
-        ("SELECT k FROM t WHERE a > (SELECT avg(a) FROM u WHERE u.k = t.k)", "correlated"),
+        (
+            "SELECT k FROM t WHERE a > (SELECT avg(u.a + t.a) FROM u WHERE u.k = t.k)",
+            "inside an agg",
+        ),
         ("SELECT x.a FROM t, (SELECT a FROM u WHERE u.k = t.k) AS x", "correlated"),
         ("SELECT a, b FROM t UNION SELECT a FROM u", "same number of result columns"),
     ],

@@ -130,7 +130,7 @@ REFUSED = [
         16,
     ),
     (
-        "SELECT a FROM t WHERE a = 1 OR a IN (SELECT a FROM u)",
+        "SELECT a FROM t WHERE a = 1 OR a IN (SELECT a FROM u LIMIT 1)",
         UnsupportedQueryError,
         ["IN (subquery)"],
         1,
