@@ -354,8 +354,7 @@ def _statement(sql: str, functions: Collection[str]) -> tuple[exp.Expression, li
 
 
 def _parse_checked(sql: str, functions: Collection[str]) -> tuple[exp.Expression, list[Token]]:
-    if not isinstance(sql, str):
-        raise SqlSyntaxError(f"the query must be a string, not {type(sql).__name__}")
+    """Tokenize, parse and check ``sql`` (a str); SqlSyntaxError / UnsupportedQueryError."""
     nul = sql.find("\x00")
     if nul >= 0:
         raise SqlSyntaxError(f"SQL syntax error {_at(sql, nul)}: a NUL character in the query")
