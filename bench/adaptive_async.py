@@ -30,6 +30,7 @@ policy and with ``lottery``. Run: ``python bench/adaptive_async.py [--seeds 5]``
 from __future__ import annotations
 
 import argparse
+import gc
 import math
 import statistics
 import sys
@@ -77,6 +78,7 @@ def run_eddies(table: pa.Table, args, seed: int, policy: str | None) -> tuple[fl
     cat.add_table("t", table)
     cat.add_function("slow", slow, vectorized=False, max_concurrency=args.concurrency)
     options = {} if policy is None else {"policy": policy}
+    gc.collect()  # an earlier run's garbage is not this run's time
     started = time.perf_counter()
     run = run_query(query(args.keep), cat, seed=seed, **options)
     seconds = time.perf_counter() - started
@@ -94,6 +96,7 @@ def run_duckdb(table: pa.Table, args) -> tuple[float, int]:
     try:
         con.register("t", table)
         con.create_function("slow", slow, [duckdb.sqltype("BIGINT")], "BOOLEAN")
+        gc.collect()
         started = time.perf_counter()
         rows = con.sql(query(args.keep)).to_arrow_table().num_rows
         return time.perf_counter() - started, rows
