@@ -50,6 +50,13 @@ async def call_with_retries(
     that long (``on_wait(seconds, error)`` first) and asks again without using up an
     attempt, at most ``max_waits`` times.
     """
+    if timeout is None and retries == first_attempt == 0 and wait_asked is None:
+        # One attempt, no limit: the common case of a UDF call, without the loop's
+        # bookkeeping (it runs once per distinct row, ~100k times in a large query).
+        try:
+            return await attempt()
+        except Exception as exc:
+            raise CallFailed(describe_exception(exc), 1) from None
     error = last_error
     k, waits, delay = first_attempt, 0, 0.0
     while k <= retries:

@@ -157,7 +157,34 @@ async def test_same_function_in_where_and_select_shares_calls(autojump_clock):
     assert_same_bag(table, sql, TABLES, expected=duckdb_with_udf(sql))
 
 
+@pytest.mark.parametrize("calls, limit", [(100, 32), (64, 32), (7, 3)])
+async def test_calls_run_in_back_to_back_waves(autojump_clock, calls, limit):
+    # Under the mock clock only waiting takes time: ``calls`` distinct calls of 1 s with
+    # ``limit`` in flight take exactly ceil(calls / limit) s — a worker starts its next
+    # call the moment its last one ends (the wave bound of bench/adaptive_async.py).
+    probe = Probe()
+    cat = make_catalog({"t": pa.table({"x": np.arange(calls), "y": np.zeros(calls, np.int64)})})
+    cat.add_function("pick", as_async(probe), vectorized=False, max_concurrency=limit)
+    started = trio.current_time()
+    table, stats = await run("SELECT t.x FROM t WHERE pick(t.x, t.y)", cat)
+    assert trio.current_time() - started == pytest.approx(-(-calls // limit) * probe.latency)
+    assert probe.peak == limit and stats.functions["pick"].calls == calls
+    assert table.num_rows == len(range(0, calls, 3))
+
+
 # ------------------------------------------------------------------- timeouts and retries
+async def test_a_failed_call_without_retries_is_an_error_at_once(autojump_clock):
+    probe = Probe(fail=1)
+    cat = make_catalog({"t": pa.table({"x": [41], "y": [7]})})
+    cat.add_function("pick", as_async(probe), vectorized=False)  # no timeout, no retries
+    with pytest.raises(UdfError) as info:
+        await run("SELECT t.x FROM t WHERE pick(t.x, t.y)", cat)
+    message = str(info.value)
+    assert "'pick'" in message and "(41, 7)" in message
+    assert "ConnectionError: service unavailable" in message and "attempts" not in message
+    assert probe.calls[(41, 7)] == 1
+
+
 async def test_timeout_and_retries_then_udf_error_naming_function_and_arguments(autojump_clock):
     probe = Probe(latency=10.0)
     cat = make_catalog({"t": pa.table({"x": [41], "y": [7]})})
