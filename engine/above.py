@@ -18,20 +18,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-import duckdb
 import pyarrow as pa
 
 from eddies.engine.errors import EddiesError, ExpressionError, UnsupportedQueryError
 
 #: DuckDB threads per query: the eddy's own work runs on the trio thread meanwhile.
 THREADS = 1
-
-_USER_ERRORS = (duckdb.BinderException, duckdb.ParserException, duckdb.CatalogException)
-_DATA_ERRORS = (
-    duckdb.ConversionException,
-    duckdb.OutOfRangeException,
-    duckdb.InvalidInputException,
-)
 
 
 def run_above(sql: str, inputs: Mapping[str, pa.Table]) -> pa.Table:
@@ -42,15 +34,25 @@ def run_above(sql: str, inputs: Mapping[str, pa.Table]) -> pa.Table:
     different widths), ExpressionError for a value error while evaluating, EddiesError for
     any other DuckDB error; never a raw duckdb exception.
     """
+    # Imported here: only composite queries need DuckDB, and its import adds ~13k objects
+    # that every full garbage collection of the process scans.
+    import duckdb
+
+    user_errors = (duckdb.BinderException, duckdb.ParserException, duckdb.CatalogException)
+    data_errors = (
+        duckdb.ConversionException,
+        duckdb.OutOfRangeException,
+        duckdb.InvalidInputException,
+    )
     con = duckdb.connect(":memory:", config={"threads": THREADS})
     try:
         con.execute("SET TimeZone='UTC'")  # TIMESTAMPTZ as the eddy shows it
         for name, table in inputs.items():
             con.register(name, table)
         return con.sql(sql).to_arrow_table()
-    except _USER_ERRORS as exc:
+    except user_errors as exc:
         raise UnsupportedQueryError(f"{_message(exc)} (in: {sql})") from None
-    except _DATA_ERRORS as exc:
+    except data_errors as exc:
         raise ExpressionError(_message(exc)) from None
     except duckdb.Error as exc:
         raise EddiesError(f"running the operators above the eddy failed: {_message(exc)}") from None

@@ -22,6 +22,7 @@ from eddies.engine.composite import CompositeResults, is_composite, open_composi
 from eddies.engine.durable import DurableState, check_durable
 from eddies.engine.errors import EddiesError, UnsupportedQueryError
 from eddies.engine.finalize import Finalizer
+from eddies.engine.gc_freeze import freeze_import_time_objects
 from eddies.engine.incremental import (
     AggregateStats,
     EventTimes,
@@ -346,3 +347,8 @@ def execute(
     :func:`run_query`.
     """
     return run_query(sql, catalog, options=options, **kwargs).table
+
+
+# Last: every module a query runs is loaded now, so the objects they made are frozen out of
+# later full garbage collections (engine/gc_freeze.py; EDDIES_GC_FREEZE=0 turns it off).
+freeze_import_time_objects()
