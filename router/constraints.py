@@ -15,6 +15,9 @@ eddy or a SteM shows up as a :class:`ConstraintViolation` naming the rule:
 * **TimeStamp** — the checker records each row's build timestamp itself (from the build
   bounce-backs) and recomputes every probe result's key as the max of its components'
   keys; it must equal the probe tuple's key, i.e. the probe tuple arrived last.
+* **join order** (JoinSteps, docs/concepts.md "Which steps commute") — checked from the
+  steps' conditions, not from the ``needs`` the planner derived: a step's tuples span the
+  region and what its condition reads; RIGHT / FULL steps keep their FROM place.
 """
 
 from __future__ import annotations
