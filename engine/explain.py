@@ -144,16 +144,20 @@ def explain_plan(plan: Plan) -> str:
         region = ", ".join(graph.alias_names(graph.region_mask))
         lines += [
             "",
-            f"join steps (after the region {{{region}}}, in order; each probes a complete "
-            "SteM, or one holding its lookups' EOTs):",
+            f"join steps (after the region {{{region}}}; a tuple takes those whose needs it "
+            "spans, in the order the policy picks; each probes a complete SteM, or one "
+            "holding its lookups' EOTs):",
         ]
         for step in graph.steps:
             alias = graph.aliases[step.alias].name
+            needs = ", ".join(graph.alias_names(step.needs))
             lines.append(
                 f"  step:{alias}  {step.kind} ({len(step.keys)} hashed key(s)"
                 f"{', residual' if step.residual is not None else ''}"
                 f"{', stored filter' if step.stored_filter is not None else ''}"
-                f"{', EOT-gated: looks its keys up first' if step.lookup else ''}): {step.sql}"
+                f"{', EOT-gated: looks its keys up first' if step.lookup else ''}"
+                f"{', in its FROM place' if step.barrier else ''}) needs {{{needs}}}: "
+                f"{step.sql}"
             )
     lines += [
         "",

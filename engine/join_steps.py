@@ -3,17 +3,16 @@
 The FROM clause is read left to right. The tables before the first outer join are the
 *region*: their inner joins and WHERE conditions are routed freely by the eddy, as in
 any query. From the first ``LEFT`` / ``RIGHT`` / ``FULL [OUTER] JOIN`` on, every join
-(outer, or inner / comma / cross after an outer one) is a :class:`JoinStep` taken in
-FROM order by tuples that span everything before it: an outer join commutes with no
-inner join in general, so this order is the restriction that keeps results exact (the
-eddy still orders the region, the SMs, and where each step's probe comes from). The
+(outer, or inner / comma / cross after an outer one) is a :class:`JoinStep`, and the
 subqueries of WHERE become semi-/anti-join steps after the last FROM table, one alias
-each (its row id is -1 in results).
+each (its row id is -1 in results). Each step *needs* a set of aliases (step_needs):
+the steps whose conditions do not read each other's tables commute, and the eddy takes
+them in the order its policy picks; RIGHT / FULL joins stay in their FROM place.
 
-Conditions: a join's ON terms belong to its step (equalities between the prefix and the
-step's table are hashed; the rest is the residual, evaluated per candidate pair). A
-WHERE conjunct is placed after every step whose NULL padding could change it: after the
-highest alias it reads, and after any RIGHT / FULL join whose null-supplying side it
+Conditions: a join's ON terms belong to its step (equalities between the aliases before
+it and the step's table are hashed; the rest is the residual, evaluated per candidate
+pair). A WHERE conjunct needs every step whose NULL padding could change it (where_needs):
+the steps of the tables it reads, and any RIGHT / FULL join whose null-supplying side it
 reads. A WHERE conjunct on the null-supplying side of an outer join is therefore never
 pushed below it (no outer-to-inner rewriting is done, so no simplification can change
 that). What cannot be made exact is refused with an UnsupportedQueryError.
@@ -283,8 +282,9 @@ def plan_steps(
     subqueries: list[SubqueryRef],
     schemas: dict[int, pa.Schema],
 ) -> tuple[int, list[exp.Expression], list[tuple[exp.Expression, Expr, int]], list[JoinStep]]:
-    """(region size m, region conjuncts, delayed WHERE conjuncts with their stage,
-    steps without Done bits). ``aliases`` includes the subqueries' (after FROM's)."""
+    """(region size m, region conjuncts, delayed WHERE conjuncts with their needs,
+    steps with their needs and without Done bits). ``aliases`` includes the subqueries'
+    (after FROM's)."""
     n_from = len(block.tables)
     m = next((s.index for s in block.joins if s.side), n_from)
     steps: list[JoinStep] = []
@@ -331,26 +331,70 @@ def plan_steps(
         keys, residual, own = _condition(nodes, sub, types, k, prefix)
         sql = ref.node.sql(dialect="duckdb")
         steps.append(JoinStep(k, kind, prefix, -1, sql, keys, residual, notin, 0, own, notin_key))
-    # WHERE placement: after the highest alias read and after any RIGHT / FULL step
-    # whose NULL-supplying side it reads.
+    steps = step_needs(steps, (1 << m) - 1)
+    # WHERE placement: a dependency set, not a position (see where_needs).
     region: list[exp.Expression] = []
     delayed: list[tuple[exp.Expression, Expr, int]] = []
-    outer_sides = [s for s in steps if s.kind in ("right", "full")]
     for i, node in enumerate(block.conjuncts):
         if i >= block.n_where or not steps:
             region.append(node)
             continue
         expr = compile_expr(node, scope)
-        mask = _mask(expr) or 1
-        stage = mask.bit_length() - 1
-        for s in outer_sides:
-            if mask & s.prefix:
-                stage = max(stage, s.alias)
-        if stage < m:
+        needs = where_needs(_mask(expr) or 1, steps, (1 << m) - 1)
+        if needs == (1 << m) - 1:
             region.append(node)
         else:
-            delayed.append((node, expr, stage))
+            delayed.append((node, expr, needs))
     return m, region, delayed, steps
+
+
+def step_needs(steps: list[JoinStep], region: int) -> list[JoinStep]:
+    """Each step with its ``needs``: the aliases a tuple must span to take it.
+
+    Two steps commute when neither's condition reads the other's table and neither is a
+    RIGHT / FULL join (the "l-asscom" rule of join reordering:
+    ``(A op1_p1 B) op2_p2 C = (A op2_p2 C) op1_p1 B`` when p1 does not read C and p2 does
+    not read B, for op1, op2 among inner, left outer, semi and anti joins: a LEFT step
+    keeps every probe tuple and changes none of its columns, an inner step keeps or drops
+    it by columns it reads, a semi-/anti-join or NOT IN keeps or drops it by columns it
+    reads). So a step needs the region, every alias its condition reads (a table it reads
+    is joined, or NULL-padded, first) — and, after a RIGHT / FULL join, that join: its
+    flush pads every alias before it, so it needs all of them and every later step needs
+    it (a barrier in its FROM place). FROM order is always one legal order (a condition
+    reads only earlier aliases). ``needs`` is closed: it holds the needs of the steps in
+    it. Source idea: the eddy may route among operators that commute (eddies-2000 §2.2,
+    §3); Moerkotte & Neumann's reordering conflicts for outer joins.
+    """
+    out: list[JoinStep] = []
+    after = 0  # every alias up to the last RIGHT / FULL step
+    for step in steps:
+        if step.barrier:
+            needs = (1 << step.alias) - 1
+            after = (1 << (step.alias + 1)) - 1
+        else:
+            needs = region | step.reads() | after
+        for earlier in out:  # close it: a spanned step's own needs were spanned first
+            if needs >> earlier.alias & 1:
+                needs |= earlier.needs
+        out.append(replace(step, needs=needs))
+    return out
+
+
+def where_needs(mask: int, steps: list[JoinStep], region: int) -> int:
+    """The aliases a tuple must span before a WHERE conjunct reading ``mask`` may be
+    evaluated on it: the region, what it reads, and every RIGHT / FULL step whose
+    NULL-padded side it reads (with that step's own needs). A LEFT, inner, semi- or
+    anti-join step changes no column of the tuples it keeps, so a filter commutes with
+    every step it does not read; a table it reads is read after that table's step (a
+    WHERE on the null-supplying side is never pushed below its outer join)."""
+    needs = region | mask
+    for s in steps:
+        if s.barrier and mask & s.needs:
+            needs |= s.needs | 1 << s.alias
+    for s in steps:  # closed, as step needs are
+        if needs >> s.alias & 1:
+            needs |= s.needs
+    return needs
 
 
 def add_step_predicates(
@@ -359,9 +403,9 @@ def add_step_predicates(
     steps: list[JoinStep],
     types: dict,
 ) -> list[JoinStep]:
-    """Append the delayed WHERE conjuncts (SMs that need the span up to their stage) and
+    """Append the delayed WHERE conjuncts (SMs over their needs, see where_needs) and
     one Done bit per step; returns the steps with their bits and ``done_before``."""
-    for node, expr, stage in delayed:
+    for node, expr, needs in delayed:
         _boolean(expr, types, node)
         predicates.append(
             Predicate(
@@ -369,7 +413,7 @@ def add_step_predicates(
                 f"sm{len(predicates) + 1}",
                 node.sql(dialect="duckdb"),
                 expr,
-                (1 << (stage + 1)) - 1,
+                needs,
             )
         )
     placed = []
@@ -381,7 +425,7 @@ def add_step_predicates(
                 f"step{index + 1}",
                 step.sql,
                 step.residual or step.notin or _TRUE,
-                step.prefix | 1 << step.alias,
+                step.needs | 1 << step.alias,
                 step=True,
             )
         )
@@ -389,7 +433,7 @@ def add_step_predicates(
     return [
         replace(
             s,
-            done_before=sum(p.bit for p in predicates if not p.alias_mask & ~s.prefix),
+            done_before=sum(p.bit for p in predicates if not p.alias_mask & ~s.needs),
         )
         for s in placed
     ]

@@ -17,8 +17,8 @@ a table is reachable if it has a scan AM, or an index AM whose bind columns an e
 with a reachable table binds).
 
 Outer joins and [NOT] IN / [NOT] EXISTS subqueries become JoinSteps
-(``engine/join_steps.py``): joins against a complete SteM, taken in FROM order after the
-inner-join region the eddy orders freely.
+(``engine/join_steps.py``): joins against a complete SteM after the inner-join region the
+eddy orders freely; the steps that commute are taken in the order the eddy's policy picks.
 
 Aggregation, HAVING, DISTINCT, ORDER BY and LIMIT run above the eddy, as in the PostgreSQL
 implementation (eddies-in-postgresql §2).

@@ -353,7 +353,8 @@ class JoinStepModule(Module):
         return TupleBatch(self._signature(batch), rows, batch.ts[idx])
 
     def _flush(self) -> list[TupleBatch]:
-        """RIGHT / FULL: every stored tuple no probe matched, NULL-padded on the prefix."""
+        """RIGHT / FULL: every stored tuple no probe matched, NULL-padded on the aliases
+        before the step (its ``needs``: such a step is a barrier, see JoinStep)."""
         step = self.step
         lonely = np.flatnonzero(~self._hit)
         if not len(lonely):
@@ -362,10 +363,10 @@ class JoinStepModule(Module):
         rows = {
             a.index: np.full(n, -1, dtype=np.int64)
             for a in self.graph.aliases
-            if step.prefix >> a.index & 1
+            if step.needs >> a.index & 1
         }
         rows[step.alias] = self._stored[lonely]
-        sig = Signature(step.prefix | self._bit, step.done_before | 1 << step.predicate, True)
+        sig = Signature(step.needs | self._bit, step.done_before | 1 << step.predicate, True)
         return [TupleBatch(sig, rows, np.zeros(n, dtype=np.int64))]
 
 

@@ -15,6 +15,9 @@ eddy or a SteM shows up as a :class:`ConstraintViolation` naming the rule:
 * **TimeStamp** — the checker records each row's build timestamp itself (from the build
   bounce-backs) and recomputes every probe result's key as the max of its components'
   keys; it must equal the probe tuple's key, i.e. the probe tuple arrived last.
+* **join order** (JoinSteps, docs/concepts.md "Which steps commute") — checked from the
+  steps' conditions, not from the ``needs`` the planner derived: a step's tuples span the
+  region and what its condition reads; RIGHT / FULL steps keep their FROM place.
 """
 
 from __future__ import annotations
@@ -84,22 +87,44 @@ class ConstraintChecker:
             if sig.done & dest.bit or sig.span >> dest.target_alias & 1:
                 self._fail("BoundedRepetition", f"tuples routed to {dest.name} twice")
         if dest.kind is DestinationKind.STEP:
-            step = graph.step_of(dest.target_alias)
-            if not sig.built or step is None or sig.span != step.prefix:
-                self._fail("join order", f"{dest.name} got tuples spanning {sig.span:b}")
-            pending = [
-                p.name
-                for p in graph.predicates
-                if not sig.done & p.bit and p.alias_mask & ~sig.span == 0
-            ]
-            if pending:
-                self._fail("join order", f"{dest.name} before {pending} over its prefix")
+            self._check_step(sig, dest)
         if dest.kind is DestinationKind.SM:
             pred = graph.predicates[dest.predicate]
             if sig.done & pred.bit:
                 self._fail("BoundedRepetition", f"tuples routed to {dest.name} twice")
             if pred.alias_mask & ~sig.span:
                 self._fail("routing", f"{dest.name} needs aliases the tuples do not span")
+
+    def _check_step(self, sig, dest) -> None:
+        """Join order around JoinSteps, from the steps' conditions rather than their
+        ``needs``: the tuples span the region and every alias the step's condition
+        reads, not the step's own; a RIGHT / FULL step gets tuples spanning exactly the
+        aliases before it, and no step after one gets tuples that have not taken it;
+        every predicate over the span is done."""
+        graph = self.graph
+        step = graph.step_of(dest.target_alias)
+        span = sig.span
+        if not sig.built or step is None or span >> step.alias & 1:
+            self._fail("join order", f"{dest.name} got tuples spanning {span:b}")
+        missing = (graph.region_mask | step.reads()) & ~span
+        if missing:
+            self._fail(
+                "join order",
+                f"{dest.name} got tuples without {graph.alias_names(missing)}, which it reads",
+            )
+        for barrier in graph.steps:
+            if not barrier.barrier:
+                continue
+            before = (1 << barrier.alias) - 1
+            if barrier is step and span != before:
+                self._fail("join order", f"{dest.name} got tuples spanning {span:b}")
+            if step.alias > barrier.alias and not span >> barrier.alias & 1:
+                self._fail("join order", f"{dest.name} before {barrier.kind} step:{barrier.alias}")
+        pending = [
+            p.name for p in graph.predicates if not sig.done & p.bit and p.alias_mask & ~span == 0
+        ]
+        if pending:
+            self._fail("join order", f"{dest.name} before {pending} over its span")
 
     def _check_floating(self, sig, dest) -> None:
         """Relaxed BuildFirst: floating tuples are never built, and a bounced one probes

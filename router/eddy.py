@@ -181,8 +181,12 @@ class Eddy:
         }
         self._builds: dict[str, int] = {}
         self._flushes: deque[tuple[int, int]] = deque(
-            (step_dest[s.alias], s.prefix) for s in graph.steps if s.kind in ("right", "full")
+            (step_dest[s.alias], s.needs) for s in graph.steps if s.barrier
         )
+        # Tuples with steps to take none of whose SteMs is complete yet: released when a
+        # step table's SteM completes (see _route, _unpark).
+        self._awaiting_steps: list[TupleBatch] = []
+        self._gate_tables = {graph.aliases[s.alias].table for s in graph.steps if not s.lookup}
         # Continuous queries: called whenever the eddy may have become idle, and when it
         # ends (see eddies.engine.commit_points); ``ended`` is then True.
         self.on_idle = on_idle
@@ -289,6 +293,7 @@ class Eddy:
             self._in_flight == 0
             and not (self._priority or self._waiting or self._deferred)
             and not any(self._parked.values())
+            and not self._awaiting_steps
         )
 
     def idle(self) -> bool:
@@ -298,6 +303,7 @@ class Eddy:
             self._in_flight == 0
             and not (self._priority or self._fresh_count or self._waiting or self._deferred)
             and not any(self._parked.values())
+            and not self._awaiting_steps
             and (self._inbox is None or self._inbox.statistics().current_buffer_used == 0)
             and not any(s.undelivered for s in self.sources if not s.closed)
         )
@@ -332,6 +338,7 @@ class Eddy:
             and self._in_flight == 0
             and not (self._priority or self._fresh_count or self._waiting or self._deferred)
             and not any(self._parked.values())
+            and not self._awaiting_steps
         )
 
     def _next_fresh(self) -> TupleBatch:
@@ -486,8 +493,8 @@ class Eddy:
     def _flush_next(self) -> None:
         """Nothing is in flight and every source is done, so no tuple can probe the next
         RIGHT / FULL JoinStep any more: ask it for its unmatched tuples, NULL-padded."""
-        destination, prefix = self._flushes.popleft()
-        empty = TupleBatch(Signature(prefix, 0, True), {}, np.zeros(0, dtype=np.int64))
+        destination, needs = self._flushes.popleft()
+        empty = TupleBatch(Signature(needs, 0, True), {}, np.zeros(0, dtype=np.int64))
         try:
             self.queues[destination].send_nowait(Work(destination, empty, flush=True))
         except trio.BrokenResourceError:
@@ -517,6 +524,11 @@ class Eddy:
         parked = self._parked.pop(table, None)
         for batch in parked or ():
             self._buffer(batch)
+        if self._awaiting_steps and table in self._gate_tables and self._complete(table):
+            # A step's SteM is complete: what waited for one of its steps may take it.
+            waiting, self._awaiting_steps = self._awaiting_steps, []
+            for batch in waiting:
+                self._buffer(batch)
 
     def _close_source(self, index: int, keep_delivered: bool = False) -> None:
         """No more batches from this scan; its undelivered ones are dropped unless it
@@ -613,10 +625,11 @@ class Eddy:
         entry = self._entry(batch)
         if entry.stranded is not None:
             self._fail_table(entry.stranded)
-        if entry.gate is not None and not self._complete(entry.gate):
-            # A JoinStep probes only a complete SteM: wait for the table's last build.
-            self._parked.setdefault(entry.gate, []).append(batch)
-            return
+        if entry.gates:
+            entry = self._gated(entry, batch)
+            if entry is None:
+                self._awaiting_steps.append(batch)
+                return
         if not entry.destinations:  # nothing left to do (see RoutingTable._floating)
             return
         has_room = self._room_of(entry)
@@ -634,6 +647,24 @@ class Eddy:
                     self._send_step(destination, part, entry)
         else:
             self._send_step(choice, batch, entry)
+
+    def _gated(self, entry, batch: TupleBatch):
+        """The entry with only the JoinSteps a tuple may take now — those whose table's
+        SteM is complete (a step probes a complete SteM, so "no match" is final) — or
+        None when it must wait: no step's SteM is complete, or a policy that follows a
+        fixed order (static) prefers a step that is not."""
+        ready = [
+            d for d in entry.destinations if d not in entry.gates or self._complete(entry.gates[d])
+        ]
+        if not ready:
+            return None
+        if len(ready) < len(entry.destinations):
+            if self.policy.follows_order:
+                first = self.policy.choose(entry, len(batch), self.has_room, batch.signature)
+                if first not in ready:
+                    return None
+            return entry.only(ready)
+        return entry
 
     def _room_of(self, entry):
         """has_room for the policy: a step with alternatives has room if any of them has."""

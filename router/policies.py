@@ -72,6 +72,10 @@ class RoutingPolicy:
     """Base class; ``on_routed``/``on_returned`` let a policy learn from module counters."""
 
     name = "policy"
+    #: Whether the policy keeps a fixed order of destinations: where a JoinStep it would
+    #: choose waits for its SteM, the tuple waits too, rather than take another step first
+    #: (static; see ``Eddy._gated``).
+    follows_order = False
 
     def __init__(self, destinations: Sequence[Destination], rng: np.random.Generator) -> None:
         self.destinations = destinations
@@ -199,6 +203,7 @@ class StaticPolicy(RoutingPolicy):
     """The first eligible destination in a fixed order (default: explain's order)."""
 
     name = "static"
+    follows_order = True
 
     def __init__(self, destinations, rng, order: Sequence[str] | None = None) -> None:
         super().__init__(destinations, rng)

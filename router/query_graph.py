@@ -94,16 +94,20 @@ class JoinStep:
     ``right``, ``full``), an inner join after one (``inner``), or the semi-/anti-join of a
     ``[NOT] EXISTS`` / ``[NOT] IN`` subquery (``semi``, ``anti``, ``notin``).
 
-    Tuples spanning exactly ``prefix`` (the aliases before ``alias``) with every predicate
-    over them done take the step; ``alias`` is the step's table (its bit joins the span;
-    a semi-/anti-join puts row id -1 there). ``keys``: (probe-side expression over the
-    prefix, stored-side expression over ``alias``, key_encoding kind) equalities hashed
-    on; ``residual``: the rest of the condition, over prefix and alias (None: TRUE).
+    ``needs``: the aliases a tuple must span to take the step — the region, every alias
+    its condition reads, and the tables of the steps it must follow (see
+    ``engine/join_steps.py: step_needs``). Steps whose ``needs`` a tuple spans may be taken
+    in any order the policy picks; a ``right`` / ``full`` step needs every alias before it,
+    and every later step needs it (a barrier), so ``needs`` is then its whole FROM prefix,
+    the side its flush pads. ``alias`` is the step's table (its bit joins the span;
+    a semi-/anti-join puts row id -1 there). ``keys``: (probe-side expression over
+    ``needs``, stored-side expression over ``alias``, key_encoding kind) equalities hashed
+    on; ``residual``: the rest of the condition, over needs and alias (None: TRUE).
     ``notin``: for NOT IN, the equality ``probe = subquery column``, evaluated per pair
     with SQL's three-valued logic; ``notin_key``: the same as a hashable key, when it is
     one. ``stored_filter``: the condition's terms over ``alias`` alone, applied once to
     the stored tuples (a tuple failing them matches nothing). ``predicate``: the index of
-    the step's Done bit; ``done_before``: the Done bits of every predicate over the prefix
+    the step's Done bit; ``done_before``: the Done bits of every predicate over ``needs``
     (what a NULL-padded tuple of a RIGHT or FULL join carries, its null-supplying side's
     conditions being vacuous).
     Source idea: stems-2003 §3.4 (ProbeCompletion) and §2.1.3 (EOT): a probe of a complete
@@ -112,7 +116,7 @@ class JoinStep:
 
     alias: int
     kind: str
-    prefix: int
+    needs: int
     predicate: int
     sql: str
     keys: tuple = ()
@@ -124,6 +128,25 @@ class JoinStep:
     # The table has no scan AM: tuples first look their keys up in its index AMs (the step
     # predicate's ``edge`` binds them), and the step answers those whose EOTs are held.
     lookup: bool = False
+
+    @property
+    def barrier(self) -> bool:
+        """RIGHT / FULL: taken in its FROM place (its flush pads the whole prefix)."""
+        return self.kind in ("right", "full")
+
+    def reads(self) -> int:
+        """The aliases other than its own that the step's condition reads (its hashed
+        keys' probe sides, residual and NOT IN equality; the stored filter reads only
+        ``alias``)."""
+        exprs = [k[0] for k in self.keys] + [self.residual, self.notin]
+        if self.notin_key is not None:
+            exprs.append(self.notin_key[0])
+        mask = 0
+        for e in exprs:
+            for key in e.column_keys() if e is not None else ():
+                if isinstance(key, tuple):
+                    mask |= 1 << key[0]
+        return mask & ~(1 << self.alias)
 
 
 @dataclass

@@ -110,7 +110,24 @@ class RouteEntry:
     alternatives: dict[int, tuple[int, ...]] = field(default_factory=dict)
     alternative_edges: dict[int, int | None] = field(default_factory=dict)
     stranded: str | None = None
-    gate: str | None = None  # a JoinStep: the table whose SteM must be complete first
+    # JoinSteps: destination -> the table whose SteM must be complete before it is taken
+    # (the eddy's gate; EOT-gated steps and their lookups are not listed).
+    gates: dict[int, str] = field(default_factory=dict)
+
+    def only(self, destinations: list[int]) -> RouteEntry:
+        """This entry restricted to ``destinations`` (a subset, in order): the steps whose
+        SteMs are complete now, when some of them are not."""
+        keep = set(destinations)
+        modules = keep.union(*(g for d, g in self.alternatives.items() if d in keep))
+        return RouteEntry(
+            tuple(destinations),
+            tuple(e for d, e in zip(self.destinations, self.edges, strict=True) if d in keep),
+            self.complete,
+            {d: g for d, g in self.alternatives.items() if d in keep},
+            {a: e for a, e in self.alternative_edges.items() if a in modules},
+            self.stranded,
+            {d: t for d, t in self.gates.items() if d in keep},
+        )
 
     def offers(self, destination: int) -> bool:
         return destination in self.destinations or destination in self.alternative_edges
@@ -327,39 +344,55 @@ class RoutingTable:
 
     def _stepped(self, sig: Signature, pending) -> RouteEntry | None:
         """Routing around JoinSteps (outer joins, subqueries), or None for a tuple inside
-        the region, routed as usual. A tuple spanning the region, or a prefix of the
-        aliases through a step, passes the SMs over its span first, then takes the next
-        step — an outer join commutes with no inner join, so the steps keep their order
-        (join-order restriction). A step table's own built singletons go nowhere: only
-        the step reads its SteM, once complete (the gate). Its unbuilt ones were handled
-        above (BuildFirst)."""
+        the region, routed as usual. A tuple spanning the region passes the SMs over its
+        span first, then takes any step whose ``needs`` it spans (steps that commute, see
+        ``engine/join_steps.py: step_needs``): the policy picks among them, and the eddy
+        offers only those whose SteM is complete (``RouteEntry.gates``). An EOT-gated step
+        offers its lookup instead; a tuple that has looked its keys up takes that step
+        next. A step table's own built singletons go nowhere: only the step reads its
+        SteM, once complete (the gate). Its unbuilt ones were handled above (BuildFirst)."""
         graph = self.graph
         region = graph.region_mask
-        if not sig.span & ~region and sig.span != region:
-            return None
-        if sig.span & (sig.span + 1):  # not a prefix: a step table's built singleton
-            return RouteEntry((), ())
-        sms = [self._sm[p.index] for p in pending if p.alias_mask & ~sig.span == 0]
+        span = sig.span
+        if span & region != region:
+            if not span & ~region:
+                return None
+            return RouteEntry((), ())  # a step table's built singleton
+        sms = [self._sm[p.index] for p in pending if p.alias_mask & ~span == 0]
         if sms:
             return RouteEntry(tuple(sms), (None,) * len(sms))
-        step = next((s for s in graph.steps if s.prefix == sig.span), None)
-        if step is None:  # complete tuples were sent to the output above
-            return RouteEntry((), ())
-        table = graph.aliases[step.alias].table
-        if step.lookup:  # EOT-gated: look the keys up first; the step checks the EOTs
-            if (sig.looked | sig.prior) >> step.alias & 1:
+        eligible = [s for s in graph.steps if not span >> s.alias & 1 and not s.needs & ~span]
+        for step in eligible:
+            if step.lookup and (sig.looked | sig.prior) >> step.alias & 1:
                 return RouteEntry((self._step[step.alias],), (None,))
-            lookups = self.live_lookups(step.alias, step.predicate)
-            if not lookups:
-                return RouteEntry((), (), stranded=table)
-            alternatives = {lookups[0]: tuple(lookups)} if len(lookups) > 1 else {}
-            return RouteEntry(
-                (lookups[0],),
-                (step.predicate,),
-                alternatives=alternatives,
-                alternative_edges=dict.fromkeys(lookups, step.predicate),
-            )
-        return RouteEntry((self._step[step.alias],), (None,), gate=table)
+        dests: list[int] = []
+        edges: list[int | None] = []
+        alternatives: dict[int, tuple[int, ...]] = {}
+        alternative_edges: dict[int, int | None] = {}
+        gates: dict[int, str] = {}
+        for step in eligible:
+            table = graph.aliases[step.alias].table
+            if step.lookup:  # EOT-gated: look the keys up first; the step checks the EOTs
+                lookups = self.live_lookups(step.alias, step.predicate)
+                if not lookups:
+                    return RouteEntry((), (), stranded=table)
+                dests.append(lookups[0])
+                edges.append(step.predicate)
+                if len(lookups) > 1:
+                    alternatives[lookups[0]] = tuple(lookups)
+                alternative_edges.update(dict.fromkeys(lookups, step.predicate))
+            else:
+                dests.append(self._step[step.alias])
+                edges.append(None)
+                gates[self._step[step.alias]] = table
+        # None eligible: complete tuples were sent to the output above.
+        return RouteEntry(
+            tuple(dests),
+            tuple(edges),
+            alternatives=alternatives,
+            alternative_edges=alternative_edges,
+            gates=gates,
+        )
 
     def _binds_index_only(self, target: int, edge: int) -> bool:
         """The edge binds an index AM of ``target``'s table, which has no scan.
