@@ -53,9 +53,15 @@ from eddies.engine.decorrelate import (
     string_mismatch,
 )
 from eddies.engine.errors import EddiesError, UnsupportedQueryError, describe
+from eddies.engine.membership_bodies import (
+    VALUE_COLUMN,
+    clauses,
+    one_row_form,
+    over_materialized,
+)
 from eddies.engine.options import RunOptions
 from eddies.engine.planner import plan_query
-from eddies.engine.sql_allowlist import composite_construct
+from eddies.engine.sql_allowlist import composite_construct, is_filter_body, membership_subquery
 from eddies.engine.subquery_merge import merge
 from eddies.engine.window_split import BASE, needs_above, split_window_block
 from eddies.router.stats import RunStats
@@ -258,6 +264,7 @@ async def _emit(node: exp.Expression, ctx: _Context, put: Put) -> pa.Schema:
     if not isinstance(node, exp.Select):
         raise UnsupportedQueryError(f"only SELECT queries are supported, got {describe(node)}")
     await _derived_tables(node, ctx)
+    await _membership_bodies(node, ctx)  # IN / EXISTS over a grouped, limited ... body
     membership_counts(node, ctx.tables)  # IN / EXISTS under OR ...: counting subqueries
     correlations = decorrelate(node, ctx.tables, ctx.fresh)  # scalar subqueries: LEFT JOINs
     if correlations:
@@ -294,8 +301,10 @@ async def _eddy(sql: str, ctx: _Context, put: Put, limit: int | None = None) -> 
 
 
 def _refuse_correlated(sub: exp.Expression, what: str, ctx: _Context) -> None:
-    """A subquery reading a column of the outer query's row (decorrelate.outer_columns)."""
-    for column in outer_columns(sub.this, ctx.tables):
+    """A subquery (``(query)``, or the query itself) reading a column of the outer query's
+    row (decorrelate.outer_columns)."""
+    query = sub.this if isinstance(sub, exp.Subquery) else sub
+    for column in outer_columns(query, ctx.tables):
         raise UnsupportedQueryError(
             f"a correlated {what} (it reads {column.sql(dialect='duckdb')} of the outer "
             f"query) is not supported: {describe(column)}"
@@ -353,6 +362,34 @@ async def _derived_tables(select: exp.Select, ctx: _Context) -> None:
                 this=exp.to_identifier(name), alias=exp.TableAlias(this=exp.to_identifier(alias))
             )
         )
+
+
+async def _membership_bodies(select: exp.Select, ctx: _Context) -> None:
+    """Rewrite the block's [NOT] IN / EXISTS whose subquery is not a filter over its FROM
+    (engine/membership_bodies.py): one-row bodies into scalar forms; other uncorrelated
+    ones run here, EXISTS becoming TRUE/FALSE and IN a semi-join over their rows."""
+    for node in list(select.find_all(exp.Exists, exp.In)):
+        query = membership_subquery(node)
+        if query is None or node.parent_select is not select or is_filter_body(query):
+            continue
+        replacement = one_row_form(node, query)
+        if replacement is not None:
+            node.replace(replacement)
+            continue
+        sub = node.this if isinstance(node, exp.Exists) else node.args["query"]
+        _refuse_correlated(query, f"[NOT] IN / EXISTS subquery with {clauses(query)}", ctx)
+        table = await _collect(query, ctx)
+        if isinstance(node, exp.Exists):
+            node.replace(exp.true() if table.num_rows else exp.false())
+            continue
+        if table.num_columns != 1:
+            raise UnsupportedQueryError(
+                f"IN (SELECT ...) needs exactly one column in the subquery, this one returns "
+                f"{table.num_columns}: {describe(sub)}"
+            )
+        name = ctx.fresh("member")
+        ctx.tables.add(name, table.rename_columns([VALUE_COLUMN]), f"the subquery {describe(sub)}")
+        over_materialized(node, name)
 
 
 async def _scalar_subqueries(select: exp.Select, ctx: _Context) -> None:

@@ -451,15 +451,54 @@ def is_where_conjunct(node: exp.Expression) -> bool:
     return isinstance(where, exp.Where) and isinstance(where.parent, exp.Select)
 
 
+#: The clauses of a subquery that is a filter over its FROM: one row per qualifying row.
+FILTER_BODY_ARGS = frozenset({"expressions", "from_", "joins", "where", "distinct"})
+
+
+def is_aggregate_only(query: exp.Expression) -> bool:
+    """Whether ``query`` is a SELECT without GROUP BY that aggregates — an aggregate in
+    its SELECT list (not inside a window or a nested subquery), or a HAVING: one group,
+    so one row before HAVING, whatever its FROM holds."""
+    if not isinstance(query, exp.Select) or query.args.get("group") is not None:
+        return False
+    if query.args.get("having") is not None:
+        return True
+    return any(
+        agg.find_ancestor(exp.Window, exp.Subquery, exp.Select) is query
+        for item in query.expressions
+        for agg in item.find_all(exp.AggFunc)
+    )
+
+
+def is_filter_body(query: exp.Expression) -> bool:
+    """Whether a [NOT] IN / EXISTS subquery's ``query`` yields one row per qualifying row
+    of its FROM (no GROUP BY, HAVING, aggregate, ORDER BY, LIMIT, DISTINCT ON, set
+    operation, window): the shapes a semi-/anti-join step or a count can answer
+    (engine/membership_bodies.py rewrites the others)."""
+    if not isinstance(query, exp.Select) or is_aggregate_only(query):
+        return False
+    if any(value for key, value in query.args.items() if key not in FILTER_BODY_ARGS):
+        return False
+    distinct = query.args.get("distinct")
+    if distinct is not None and distinct.args.get("on") is not None:
+        return False
+    return not any(
+        isinstance(n, exp.Window) and n.find_ancestor(exp.Select) is query
+        for item in query.expressions
+        for n in item.find_all(exp.Window)
+    )
+
+
 def is_semi_join(node: exp.Expression) -> bool:
     """Whether the eddy takes ``node`` ([NOT] EXISTS / [NOT] IN (SELECT ...)) as a semi- or
-    anti-join step: a top-level WHERE term whose subquery reads one plain table, with no
-    join and no subquery inside (engine/join_steps.py checks the rest of its shape)."""
+    anti-join step: a top-level WHERE term whose subquery is a filter over one plain
+    table (:func:`is_filter_body`), with no join and no subquery inside
+    (engine/join_steps.py checks the rest of its shape)."""
     query = membership_subquery(node)
     if query is None or not is_where_conjunct(node):
         return False
-    if not isinstance(query, exp.Select):
-        return True  # the eddy's own error names it
+    if not is_filter_body(query):
+        return False
     if query.args.get("joins"):
         return False
     source = query.args.get("from_")
