@@ -56,7 +56,9 @@ from eddies.engine.errors import EddiesError, UnsupportedQueryError, describe
 from eddies.engine.membership_bodies import (
     VALUE_COLUMN,
     clauses,
+    grouped_form,
     one_row_form,
+    over_grouped,
     over_materialized,
 )
 from eddies.engine.options import RunOptions
@@ -377,7 +379,16 @@ async def _membership_bodies(select: exp.Select, ctx: _Context) -> None:
             node.replace(replacement)
             continue
         sub = node.this if isinstance(node, exp.Exists) else node.args["query"]
-        _refuse_correlated(query, f"[NOT] IN / EXISTS subquery with {clauses(query)}", ctx)
+        outer = outer_columns(query, ctx.tables)
+        if outer:  # correlated: only a grouped body correlated by equalities is rewritten
+            form = grouped_form(node, query, {id(c) for c in outer})
+            if form is None:
+                _refuse_correlated(query, f"[NOT] IN / EXISTS subquery with {clauses(query)}", ctx)
+            assert form is not None
+            name = ctx.fresh("member")
+            ctx.tables.add(name, await _collect(form.derived, ctx), f"the subquery {describe(sub)}")
+            over_grouped(node, name, form)
+            continue
         table = await _collect(query, ctx)
         if isinstance(node, exp.Exists):
             node.replace(exp.true() if table.num_rows else exp.false())

@@ -4,7 +4,8 @@ item 4; engine/membership_bodies.py), against DuckDB.
 A body with an aggregate and no GROUP BY has exactly one row: EXISTS over it is TRUE even
 when no input row qualifies (eddies answered FALSE before, a wrong answer), and IN over it
 compares with one value. A grouped, limited, DISTINCT ON or set-operation body runs as its
-own query. Correlated ones of the second kind are refused, naming the clause. Every case
+own query; a grouped one correlated by equalities is grouped on the correlation keys too
+and run first. Other correlated ones of the second kind are refused, naming the clause. Every case
 runs under lottery, rank and hybrid at batch sizes 1, 7 and the default, as bags of rows
 with NULLs and duplicates; a hypothesis generator mixes body shapes, positions (top-level
 WHERE term, under OR, SELECT list) and negation.
@@ -83,6 +84,18 @@ MATERIALIZED = [
     "SELECT t.id, t.g IN (SELECT u.g FROM u GROUP BY u.g HAVING min(u.y) >= 20) AS m FROM t",
     "SELECT t.g, count(*) FROM t WHERE t.g IN (SELECT u.g FROM u GROUP BY u.g "
     "HAVING count(*) > 1) GROUP BY t.g",
+    # grouped and correlated by equalities: the groups of (G, key), run first
+    "SELECT t.id FROM t WHERE EXISTS (SELECT 1 FROM u WHERE u.g = t.g GROUP BY u.g "
+    "HAVING count(*) > 1)",
+    "SELECT t.id FROM t WHERE NOT EXISTS (SELECT 1 FROM u WHERE u.g = t.g GROUP BY u.y "
+    "HAVING count(*) > 1)",
+    "SELECT t.id FROM t WHERE t.x IN (SELECT count(*) FROM u WHERE u.g = t.g GROUP BY u.y)",
+    "SELECT t.id FROM t WHERE t.x NOT IN (SELECT count(*) FROM u WHERE t.g IS NOT DISTINCT "
+    "FROM u.g AND u.y > 5 GROUP BY u.y)",
+    "SELECT t.id FROM t WHERE t.x = 1 OR EXISTS (SELECT u.y FROM u WHERE u.g = t.g "
+    "GROUP BY u.y HAVING sum(u.y) > 20)",
+    "SELECT t.id, t.x - 1 IN (SELECT max(u.y) / 10 FROM u WHERE t.g = u.g GROUP BY u.y) AS m "
+    "FROM t",
     # refused before this rewrite
     "SELECT t.id FROM t WHERE t.g = 1 OR t.g IN (SELECT u.g FROM u ORDER BY u.y LIMIT 1)",
     "SELECT t.id, EXISTS (SELECT u.g FROM u UNION SELECT t.g FROM t) AS e FROM t",
@@ -102,8 +115,13 @@ def test_equals_duckdb(sql):
     "sql, clause",
     [
         (
-            "SELECT t.id FROM t WHERE EXISTS (SELECT 1 FROM u WHERE u.g = t.g "
+            "SELECT t.id FROM t WHERE EXISTS (SELECT 1 FROM u WHERE u.y > t.x "
             "GROUP BY u.g HAVING count(*) > 1)",
+            "GROUP BY, HAVING",
+        ),
+        (  # an outer column outside the WHERE equalities
+            "SELECT t.id FROM t WHERE EXISTS (SELECT 1 FROM u WHERE u.g = t.g "
+            "GROUP BY u.g HAVING count(*) > t.x)",
             "GROUP BY, HAVING",
         ),
         (
@@ -137,8 +155,12 @@ _FILTERS = ["", "WHERE u.y > 15", "WHERE u.g = t.g", "WHERE u.g = 99", "WHERE u.
 def membership_query(draw) -> str:
     kind = draw(st.sampled_from(["exists", "in"]))
     shape = draw(st.sampled_from(["aggregate", "having", "grouped", "limited", "union"]))
-    correlated_ok = shape in ("aggregate", "having")
-    filters = _FILTERS if correlated_ok else [f for f in _FILTERS if "t." not in f]
+    if shape in ("aggregate", "having"):
+        filters = _FILTERS
+    elif shape == "grouped":  # correlated by an equality: rewritten; by another term: refused
+        filters = [f for f in _FILTERS if "t.x" not in f]
+    else:
+        filters = [f for f in _FILTERS if "t." not in f]
     where = draw(st.sampled_from(filters))
     agg = draw(st.sampled_from(_AGGS))
     if shape == "aggregate":
