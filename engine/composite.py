@@ -53,6 +53,7 @@ from eddies.engine.decorrelate import (
     string_mismatch,
 )
 from eddies.engine.errors import EddiesError, UnsupportedQueryError, describe
+from eddies.engine.having_split import split_having
 from eddies.engine.membership_bodies import (
     VALUE_COLUMN,
     clauses,
@@ -268,6 +269,12 @@ async def _emit(node: exp.Expression, ctx: _Context, put: Put) -> pa.Schema:
     await _derived_tables(node, ctx)
     await _membership_bodies(node, ctx)  # IN / EXISTS over a grouped, limited ... body
     membership_counts(node, ctx.tables)  # IN / EXISTS under OR ...: counting subqueries
+    if _correlated_in(node, ("having",), ctx):  # filtered around the grouped block
+        return await _emit(split_having(node, ctx.fresh("having")), ctx, put)
+    if _correlated_in(node, ("order", "qualify"), ctx):
+        # Sorted or filtered above the eddy: window_split hoists the subquery into the
+        # eddy's SELECT list, where the inner block's decorrelate() joins it in.
+        return await _window_block(node, ctx, put)
     correlations = decorrelate(node, ctx.tables, ctx.fresh)  # scalar subqueries: LEFT JOINs
     if correlations:
         await _derived_tables(node, ctx)
@@ -300,6 +307,19 @@ async def _eddy(sql: str, ctx: _Context, put: Put, limit: int | None = None) -> 
         # The line and column are in the eddy query derived from the statement: show it.
         raise type(exc)(f"{exc} (in the eddy query derived from the statement: {sql})") from None
     return results.schema
+
+
+def _correlated_in(select: exp.Select, clauses: tuple[str, ...], ctx: _Context) -> bool:
+    """Whether a clause of ``select`` among ``clauses`` (arg keys) holds a subquery of its
+    own that reads ``select``'s row."""
+    for key in clauses:
+        value = select.args.get(key)
+        if value is None:
+            continue
+        for sub in value.find_all(exp.Subquery):
+            if sub.parent_select is select and outer_columns(sub.this, ctx.tables):
+                return True
+    return False
 
 
 def _refuse_correlated(sub: exp.Expression, what: str, ctx: _Context) -> None:

@@ -37,11 +37,13 @@ with NULLs once the derived table's SteM is complete (stems-2003 §2.1.4). The r
   rows m+1..m+n per key (``row_number()`` over the keys); ``DISTINCT`` is kept.
 
 Refused with UnsupportedQueryError: a correlated subquery outside the SELECT list and
-WHERE (HAVING, ORDER BY, ON), one with GROUP BY, HAVING, QUALIFY, a window, WITH, a set
-operation or a nested subquery reading the outermost row, outer columns inside its
-aggregates or its FROM, a string key compared with a non-string, and one
-in the SELECT list of an aggregating block unless every outer column it reads is a
-GROUP BY key (or the block has GROUP BY ALL, which groups by the subquery's value).
+WHERE (engine/composite.py first moves those of HAVING, ORDER BY and QUALIFY into a SELECT
+list: engine/having_split.py, engine/window_split.py; ON stays refused), one with GROUP
+BY, HAVING, QUALIFY, a window, WITH, a set operation or a nested subquery reading the
+outermost row, outer columns inside its aggregates or its FROM, a string key compared
+with a non-string, and one in the SELECT list of an aggregating block unless every outer
+column it reads is a GROUP BY key (or the block has GROUP BY ALL, which groups by the
+subquery's value).
 """
 
 from __future__ import annotations

@@ -39,6 +39,7 @@ from sqlglot import exp
 from eddies.engine.errors import UnsupportedQueryError, describe
 from eddies.engine.sql import conjuncts_of
 from eddies.engine.sql_allowlist import is_aggregate_only
+from eddies.engine.window_split import named
 
 #: Clauses of a one-row body that change how many rows it has (then it is materialized).
 _ROW_COUNT_ARGS = ("limit", "offset", "qualify")
@@ -174,7 +175,7 @@ def grouped_form(
             (term.this, term.expression) if inner_first else (term.expression, term.this)
         )
         outer.append((outer_side.copy(), isinstance(term, exp.NullSafeEQ)))
-        items.append(exp.alias_(inner.copy(), f"{KEY_COLUMN}{n}"))
+        items.append(named(inner.copy(), f"{KEY_COLUMN}{n}"))
         derived.args["group"].append("expressions", inner.copy())
     rest = [t.copy() for j, t in enumerate(copied) if j not in keys]
     derived.set("where", exp.Where(this=exp.and_(*rest)) if rest else None)
@@ -183,7 +184,7 @@ def grouped_form(
             raise UnsupportedQueryError(
                 f"IN (SELECT ...) needs exactly one column in the subquery: {describe(query)}"
             )
-        items.insert(0, exp.alias_(derived.expressions[0].unalias().copy(), VALUE_COLUMN))
+        items.insert(0, named(derived.expressions[0].unalias().copy(), VALUE_COLUMN))
     derived.set("expressions", items or [exp.Literal.number(1)])
     derived.set("order", None)
     derived.set("distinct", None)

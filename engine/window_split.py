@@ -53,7 +53,7 @@ class _Split:
         column = self._names.get(key)
         if column is None:
             name = f"__h{len(self.items)}"
-            self.items.append(exp.alias_(node.copy(), name, quoted=True))
+            self.items.append(named(node.copy(), name))
             column = self._names[key] = exp.column(name, quoted=True)
         return column.copy()
 
@@ -141,7 +141,14 @@ def _hoist_ordered(ordered: exp.Ordered, split: _Split) -> exp.Ordered:
     return out
 
 
-def _output_name(item: exp.Expression) -> str:
+def named(node: exp.Expression, name: str) -> exp.Alias:
+    """``node AS "name"`` as a SELECT item (sqlglot's ``alias_`` would name a subquery
+    itself, ``(SELECT ...) AS name``, which is no SELECT item alias)."""
+    return exp.Alias(this=node, alias=exp.to_identifier(name, quoted=True))
+
+
+def output_name(item: exp.Expression) -> str:
+    """The result column name of a SELECT item (its alias, column name, or SQL text)."""
     if isinstance(item, exp.Alias):
         return item.alias
     if isinstance(item, exp.Column):
@@ -227,13 +234,13 @@ def split_window_block(select: exp.Select, functions: Collection[str]) -> Window
             "more than one * item together with window functions is not supported: "
             f"{describe(stars[1])}"
         )
-    aliases = {_output_name(i).lower() for i in select.expressions if not i.is_star}
+    aliases = {output_name(i).lower() for i in select.expressions if not i.is_star}
     outer_items: list[exp.Expression | None] = []
     for item in select.expressions:
         if item.is_star:
             outer_items.append(None)  # the star's columns, known once the eddy ran
             continue
-        name = _output_name(item)
+        name = output_name(item)
         body = _rewrite(item.unalias(), split, set())
         outer_items.append(exp.alias_(body, name, quoted=True))
     distinct = select.args.get("distinct")
