@@ -198,6 +198,13 @@ SUBQUERY_PREDICATES = [
     "t.x > (SELECT avg(w2.z) FROM w AS w2 WHERE w2.k < t.k)",
     "EXISTS (SELECT 1 FROM u AS e JOIN w AS f ON e.k = f.k WHERE e.k = t.k)",
     "t.k NOT IN (SELECT e.k FROM u AS e WHERE e.y IN (SELECT k FROM w))",
+    # bodies that are not a filter of their FROM (engine/membership_bodies.py)
+    "NOT EXISTS (SELECT count(*) FROM u AS e WHERE e.k = t.k)",
+    "EXISTS (SELECT 1 FROM u AS e WHERE e.k = t.k HAVING sum(e.y) > 3)",
+    "t.k IN (SELECT max(w2.k) FROM w AS w2 WHERE w2.z > t.x)",
+    "t.k IN (SELECT k FROM u GROUP BY k HAVING count(*) > 1)",
+    "t.k NOT IN (SELECT k FROM w ORDER BY z DESC NULLS LAST LIMIT 2)",
+    "(t.x < 0 OR EXISTS (SELECT e.s FROM u AS e WHERE e.k = t.k GROUP BY e.s))",
 ]
 
 #: Scalar subqueries for the SELECT list.
@@ -327,7 +334,10 @@ def aggregate_block(draw) -> str:
     else:
         sql = f"SELECT {items} FROM {from_sql}{where} GROUP BY {key}"
     if draw(st.booleans()):
-        sql += draw(st.sampled_from([" HAVING count(*) > 1", " HAVING sum(t.x) IS NOT NULL"]))
+        having = [" HAVING count(*) > 1", " HAVING sum(t.x) IS NOT NULL"]
+        if key == "t.k":  # a correlated subquery over the GROUP BY key (having_split.py)
+            having.append(" HAVING count(*) >= (SELECT count(*) FROM u AS u2 WHERE u2.k = t.k)")
+        sql += draw(st.sampled_from(having))
     return _with(cte, sql)
 
 
