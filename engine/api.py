@@ -80,8 +80,11 @@ class QueryResults:
         self._stop = stop
         self.exhausted = False  # the eddy finished and every result was taken
         self.completed = trio.Event()  # set when the eddy ended normally
-        # Queries over stream tables: commit points cut the results into increments.
+        # Queries over stream tables: commit points cut the results into increments. They
+        # are attached when the query's task starts, after this object is handed out.
+        self.over_streams = any(e.stream is not None for e in plan.tables.values())
         self.commit_points: CommitPoints | None = None
+        self._points_attached = trio.Event()
         self.keep_increments = False  # True: commit() returns the batches since the last
         self._since_commit: list[pa.RecordBatch] = []
 
@@ -103,9 +106,17 @@ class QueryResults:
     async def commit_point(self, tag: Hashable) -> Commit:
         """As :meth:`commit`, but the granted :class:`Commit` (with its checkpoint
         record, not written yet: see :meth:`DurableState.settle`)."""
-        if self.commit_points is None:
+        if not self.over_streams:
             raise EddiesError("commit points exist only for queries over stream tables")
+        if self.commit_points is None:  # asked before the query's task started
+            await self._points_attached.wait()
+        assert self.commit_points is not None
         return await self.commit_points.request_commit(tag)
+
+    def attach_commit_points(self, points: CommitPoints) -> None:
+        """Called by the query's task before any of its modules start (engine/run.py)."""
+        self.commit_points = points
+        self._points_attached.set()
 
     def take_increment(self) -> list[pa.RecordBatch]:
         """The result batches kept since the last commit point (``keep_increments``)."""
@@ -276,7 +287,7 @@ async def _run_until_stopped(
     event_times: EventTimes,
 ) -> None:
     def attach(points: CommitPoints) -> None:
-        results.commit_points = points
+        results.attach_commit_points(points)
         if results.durable is not None:
             results.durable.attach(points)
         if event_times.columns:  # the watermark advances to what was taken at the grant

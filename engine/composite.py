@@ -153,6 +153,7 @@ class CompositeResults:
         self.exhausted = False
         self.completed = trio.Event()
         self.commit_points = None
+        self.over_streams = False  # composite statements over streams are refused
         self.keep_increments = False
         self._receive = receive
         self._stop = stop

@@ -158,7 +158,7 @@ class BackgroundQuery:
         if not self._started.wait(START_TIMEOUT if timeout is None else timeout):
             raise EddiesError("the query did not start in time")
         results, token = self._results, self._token
-        if results is not None and results.commit_points is None:
+        if results is not None and not results.over_streams:
             raise EddiesError("commit points exist only for queries over stream tables")
         if results is None or token is None:
             raise self._error or EddiesError("the query has ended")

@@ -11,7 +11,7 @@ import pyarrow as pa
 import pytest
 from oracle import assert_same_bag
 
-from eddies.engine import Catalog, DataSourceError, run_query
+from eddies.engine import Catalog, DataSourceError, EddiesError, run_query
 from eddies.engine.sinks import MemorySink
 from eddies.engine.streaming import BackgroundQuery
 
@@ -150,6 +150,45 @@ async def test_inside_trio_results_are_an_async_iterator_with_commit_points():
             await trio.to_thread.run_sync(s.close)
     assert increments == [3, 0, 4]
     assert sum(seen) == 7
+
+
+async def test_a_commit_asked_before_the_query_task_starts_waits_for_it():
+    """open_query hands out its results before the query's task attaches the commit
+    points; a commit asked at once (BackgroundQuery.commit from a producer thread can be
+    that quick) waits for them instead of failing as if the query read no stream."""
+    import trio
+
+    from eddies.engine import open_query
+
+    cat = Catalog()
+    s = cat.add_stream("s", pa.schema([("v", pa.int64())]))
+    async with open_query("SELECT s.v FROM s WHERE s.v > 1", cat) as results:
+        assert results.commit_points is None and results.over_streams
+        results.keep_increments = True
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(lambda: _drain(results))
+            await trio.to_thread.run_sync(s.push, pa.table({"v": [1, 2, 3]}), 0)
+            first = await results.commit(0)
+            await trio.to_thread.run_sync(s.close)
+    assert sum(b.num_rows for b in first) == 2
+
+
+async def _drain(results) -> None:
+    async for _ in results:
+        pass
+
+
+def test_commit_on_a_query_over_no_stream_is_an_error():
+    query = BackgroundQuery("SELECT t.v FROM t", _static_catalog())
+    with pytest.raises(EddiesError, match="only for queries over stream tables"):
+        query.commit(0, timeout=30)
+    query.result(30)
+
+
+def _static_catalog() -> Catalog:
+    cat = Catalog()
+    cat.add_table("t", pa.table({"v": [1, 2]}))
+    return cat
 
 
 def test_commit_points_go_on_after_one_of_two_streams_ends():
