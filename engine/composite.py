@@ -249,7 +249,8 @@ async def _emit(node: exp.Expression, ctx: _Context, put: Put) -> pa.Schema:
     """Run ``node``, handing its result batches to ``put``; returns the result schema."""
     while isinstance(node, exp.Subquery):  # (SELECT ...) as a whole statement or operand
         node = node.this
-    node = merge(node.copy(), ctx.tables)  # derived tables and CTEs sqlglot can merge
+    node = _from_dual(node.copy(), ctx)  # SELECT without FROM: over one row
+    node = merge(node, ctx.tables)  # derived tables and CTEs sqlglot can merge
     with_ = node.args.get("with_")
     if with_ is not None:
         ctx = ctx.child()
@@ -365,6 +366,26 @@ def _check_key_types(select: exp.Select, correlations: list[Correlation], ctx: _
                     f"a correlated scalar subquery comparing {inner_type} with {outer_type} "
                     f"is not supported (cast one side explicitly): {describe(key)}"
                 )
+
+
+#: The one-row table a SELECT without FROM reads (SQL's "dual"), and its one column.
+DUAL = "__eddies_dual"
+_DUAL_TABLE = pa.table({"__eddies_one": pa.array([True])})
+
+
+def _from_dual(node: exp.Expression, ctx: _Context) -> exp.Expression:
+    """``node`` with every SELECT without FROM (``SELECT 1 + 1``, ``x IN (SELECT 1)``, a
+    CTE of constants) reading :data:`DUAL`, one row: what SQL means by it. A ``*`` there
+    is refused, as DuckDB refuses it."""
+    bare = [s for s in node.find_all(exp.Select) if s.args.get("from_") is None]
+    for select in bare:
+        for item in select.expressions:
+            if item.is_star:
+                raise UnsupportedQueryError(f"'*' in a SELECT without FROM: {describe(select)}")
+        select.set("from_", exp.From(this=exp.to_table(DUAL)))
+    if bare and not ctx.tables.has_table(DUAL):
+        ctx.tables.add(DUAL, _DUAL_TABLE, "the one-row table of a SELECT without FROM")
+    return node
 
 
 async def _derived_tables(select: exp.Select, ctx: _Context) -> None:

@@ -522,6 +522,8 @@ def composite_construct(root: exp.Expression) -> tuple[exp.Expression, str] | No
     for node in root.walk():
         if isinstance(node, exp.With):
             return node, "WITH (common table expressions)"
+        if isinstance(node, exp.Select) and node.args.get("from_") is None:
+            return node, "a SELECT without FROM"
         if membership_subquery(node) is not None and not is_semi_join(node):
             return node, "[NOT] IN / EXISTS (a subquery) the eddy does not take as a semi-join"
         if isinstance(node, exp.Subquery) and not _in_subquery(node):
