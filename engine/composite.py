@@ -66,6 +66,7 @@ from eddies.engine.options import RunOptions
 from eddies.engine.planner import plan_query
 from eddies.engine.sql_allowlist import composite_construct, is_filter_body, membership_subquery
 from eddies.engine.subquery_merge import merge
+from eddies.engine.values_rows import values_as_selects
 from eddies.engine.window_split import BASE, needs_above, split_window_block
 from eddies.router.stats import RunStats
 from eddies.sources.arrow_source import make_source
@@ -249,7 +250,7 @@ async def _emit(node: exp.Expression, ctx: _Context, put: Put) -> pa.Schema:
     """Run ``node``, handing its result batches to ``put``; returns the result schema."""
     while isinstance(node, exp.Subquery):  # (SELECT ...) as a whole statement or operand
         node = node.this
-    node = _from_dual(node.copy(), ctx)  # SELECT without FROM: over one row
+    node = _from_dual(values_as_selects(node.copy()), ctx)  # VALUES; SELECT without FROM
     node = merge(node, ctx.tables)  # derived tables and CTEs sqlglot can merge
     with_ = node.args.get("with_")
     if with_ is not None:

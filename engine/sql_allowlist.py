@@ -180,7 +180,8 @@ ALLOWED: dict[type[exp.Expression], frozenset[str]] = {
     ),
     exp.Except: frozenset({"this", "expression", "distinct", "with_", "order", "limit", "offset"}),
     exp.Qualify: _UNARY,
-    exp.Tuple: frozenset({"expressions"}),  # DISTINCT ON (a, b) only: refuse_composite
+    exp.Tuple: frozenset({"expressions"}),  # DISTINCT ON (a, b) and VALUES rows only
+    exp.Values: frozenset({"expressions", "alias"}),  # composite.py: a UNION ALL of rows
     exp.Window: frozenset({"this", "partition_by", "order", "spec", "over"}),
     exp.WindowSpec: frozenset({"kind", "start", "start_side", "end", "end_side"}),
     exp.RowNumber: frozenset(),
@@ -378,6 +379,15 @@ def refuse(node: exp.Expression, what: str) -> UnsupportedQueryError:
     return UnsupportedQueryError(f"{what} is not supported: {describe(node)}")
 
 
+def _values_columns(node: exp.Expression, key: str) -> bool:
+    """``(VALUES ...) AS v(a, b)``: the one place a table alias may name columns."""
+    return (
+        isinstance(node, exp.TableAlias)
+        and key == "columns"
+        and isinstance(node.parent, exp.Values)
+    )
+
+
 def validate(root: exp.Expression, functions: Collection[str] = ()) -> None:
     """Refuse any node or argument outside :data:`ALLOWED` (see the module docstring).
 
@@ -416,7 +426,7 @@ def validate(root: exp.Expression, functions: Collection[str] = ()) -> None:
             # Point at the refused argument itself where it is a node (USING SAMPLE's 10%).
             at = value[0] if isinstance(value, list) else value
             at = at if isinstance(at, exp.Expression) else node
-            if key not in allowed:
+            if key not in allowed and not _values_columns(node, key):
                 raise refuse(at, arg_name(node, key, value))
             permitted = VALUES.get((kind, key))
             if permitted is not None and str(value).upper() not in permitted:
@@ -524,6 +534,8 @@ def composite_construct(root: exp.Expression) -> tuple[exp.Expression, str] | No
             return node, "WITH (common table expressions)"
         if isinstance(node, exp.Select) and node.args.get("from_") is None:
             return node, "a SELECT without FROM"
+        if isinstance(node, exp.Values):
+            return node, "VALUES"
         if membership_subquery(node) is not None and not is_semi_join(node):
             return node, "[NOT] IN / EXISTS (a subquery) the eddy does not take as a semi-join"
         if isinstance(node, exp.Subquery) and not _in_subquery(node):
@@ -549,7 +561,7 @@ def _refuse_misplaced(root: exp.Expression) -> None:
     """Allowed node types in a place where they mean nothing: a row value outside
     DISTINCT ON, a window-only function without OVER."""
     for node in root.walk():
-        if isinstance(node, exp.Tuple) and not isinstance(node.parent, exp.Distinct):
+        if isinstance(node, exp.Tuple) and not isinstance(node.parent, exp.Distinct | exp.Values):
             raise refuse(node, "a row value (a, b)")
         if isinstance(node, _ONLY_WINDOW):
             parent = node.parent

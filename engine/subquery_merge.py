@@ -36,7 +36,7 @@ def merge(node: exp.Expression, tables: Any) -> exp.Expression:
     the top SELECT stay as they were (qualify would name ``a + 1`` ``_col_0``).
     """
     before = _subqueries(node)
-    if before == 0:
+    if before == 0 or _null_supplied_derived(node):
         return node
     schema = {
         t.name.lower(): {f.name: "INT" for f in tables.table(t.name).schema}
@@ -52,6 +52,33 @@ def merge(node: exp.Expression, tables: Any) -> exp.Expression:
     if isinstance(node, exp.Select) and isinstance(merged, exp.Select):
         _keep_names(node, merged)
     return merged
+
+
+def _null_supplied_derived(node: exp.Expression) -> bool:
+    """Whether a derived table or CTE sits on the NULL-supplying side of an outer join in
+    ``node``. Merged, its SELECT items would be evaluated on the padded rows: ``'x' AS n``
+    or ``coalesce(u.y, 0)`` would give ``'x'`` / ``0`` where SQL gives NULL (sqlglot's
+    merge_subqueries does not check this), so such statements are not merged; composite.py
+    runs the derived table as its own query and the eddy pads its rows with NULLs."""
+    ctes = {c.alias_or_name.lower() for c in node.find_all(exp.CTE)}
+
+    def derived(item: exp.Expression | None) -> bool:
+        if isinstance(item, exp.Subquery):
+            return True
+        return isinstance(item, exp.Table) and item.name.lower() in ctes
+
+    for select in node.find_all(exp.Select):
+        joins = select.args.get("joins") or []
+        from_ = select.args.get("from_")
+        earlier = [from_.this] if from_ is not None else []
+        for join in joins:
+            side = (join.args.get("side") or "").upper()
+            if side in ("LEFT", "FULL") and derived(join.this):
+                return True
+            if side in ("RIGHT", "FULL") and any(derived(item) for item in earlier):
+                return True
+            earlier.append(join.this)
+    return False
 
 
 def _keep_names(original: exp.Select, merged: exp.Select) -> None:

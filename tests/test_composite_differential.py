@@ -85,6 +85,14 @@ def _check(sql: str, ordered_keys=None, check_bag: bool = True) -> None:
         "WITH c AS (SELECT * FROM (SELECT a, b FROM t) AS z WHERE a > 1) "
         "SELECT b, count(*) FROM c GROUP BY b",
         "SELECT w.a, w.r FROM (SELECT a, rank() OVER (ORDER BY a) AS r FROM t) AS w WHERE w.r < 5",
+        # on the NULL-supplying side of an outer join: items that are not NULL on padded
+        # rows ('x', coalesce) must still be NULL there (sqlglot's merge made them 'x', 0)
+        "SELECT t.k, v.n, v.m FROM t LEFT JOIN (SELECT u.a AS a, 'x' AS n, "
+        "coalesce(u.d, 0) AS m FROM u) AS v ON t.a = v.a",
+        "WITH c AS (SELECT u.a AS a, 'x' AS n FROM u) SELECT t.k, c.n FROM t LEFT JOIN c "
+        "ON t.a = c.a",
+        "SELECT v.n, t.k FROM (SELECT u.a AS a, 1 AS n FROM u) AS v RIGHT JOIN t ON t.a = v.a",
+        "SELECT t.k, v.n FROM t FULL JOIN (SELECT u.a AS a, 'x' AS n FROM u) AS v ON t.a = v.a",
     ],
 )
 def test_ctes_and_derived_tables(sql):
