@@ -7,7 +7,8 @@ join graph's edges before the joins run; DataFusion's dynamic filters push a has
 build-side keys into the probe side's scan. Here the keys are the SteM index's int64
 codes (:mod:`eddies.modules.key_encoding`: integers as themselves, strings through the
 index's dictionary, several columns mixed), so the filter is exact on codes: a bitmap
-over ``[min, max]`` when the codes are dense (surrogate keys, dictionary codes), else the
+over ``[min, max]`` when the codes are dense (surrogate keys, dictionary codes), a packed
+bitmap (one bit a code) when the range is sparse but at most ``PACKED_MAX_BITS``, else the
 sorted distinct codes, probed by binary search. A code match only says "may join" for
 mixed multi-column keys (a hash may collide); it never drops a tuple that joins.
 """
@@ -18,12 +19,16 @@ import numpy as np
 
 #: A bitmap is used when the key range is at most this many times the number of keys.
 BITMAP_DENSITY = 8
+#: A packed bitmap (range / 8 bytes, 8 MB at most) below this range. TPC-H SF1: 5,262
+#: orderkeys over a range of 6 M, 32,768 codes probed: 96 µs, against 2.1 ms by binary
+#: search (random probes into a sorted array miss the cache) and 334 µs by pc.is_in.
+PACKED_MAX_BITS = 1 << 26
 
 
 class KeyFilter:
     """Which int64 key codes are present. ``keys``: the codes (any order, repeats fine).
 
-    ``kind`` is ``"bitmap"``, ``"sorted"`` or ``"empty"``; ``size`` the codes given,
+    ``kind`` is ``"bitmap"``, ``"packed"``, ``"sorted"`` or ``"empty"``; ``size`` the codes given,
     ``distinct`` the distinct ones. No
     distinct step (a hash ``unique`` of 100k codes costs ~16 ms): a bitmap is set by
     scatter, sorted codes keep their repeats.
@@ -33,6 +38,7 @@ class KeyFilter:
         keys = np.asarray(keys, dtype=np.int64)
         self.size = len(keys)
         self._bitmap: np.ndarray | None = None
+        self._packed: np.ndarray | None = None
         self._sorted = keys
         self.kind = "empty" if not self.size else "sorted"
         self.distinct = 0
@@ -44,6 +50,13 @@ class KeyFilter:
                 self._bitmap[keys - lo] = True
                 self.kind = "bitmap"
                 self.distinct = int(np.count_nonzero(self._bitmap))
+            elif hi - lo + 1 <= PACKED_MAX_BITS:
+                self._lo, self._hi = lo, hi
+                bits = np.zeros(hi - lo + 1, dtype=bool)
+                bits[keys - lo] = True
+                self.distinct = int(np.count_nonzero(bits))
+                self._packed = np.packbits(bits, bitorder="little")
+                self.kind = "packed"
             else:
                 self._sorted = np.sort(keys)
                 self.distinct = 1 + int(np.count_nonzero(np.diff(self._sorted)))
@@ -62,6 +75,11 @@ class KeyFilter:
             found = np.zeros(len(keys), dtype=bool)
             found[inside] = self._bitmap[keys[inside] - self._lo]
             return found
+        if self._packed is not None:
+            inside = (keys >= self._lo) & (keys <= self._hi)
+            offset = np.where(inside, keys - self._lo, 0)  # no wrap-around: range < 2**26
+            byte = self._packed[offset >> 3]
+            return ((byte >> (offset & 7).astype(np.uint8)) & 1).astype(bool) & inside
         pos = np.searchsorted(self._sorted, keys)
         pos[pos == self.size] = self.size - 1
         return self._sorted[pos] == keys

@@ -426,6 +426,10 @@ class SteM(Module):
         if valid is not None:
             keep &= valid  # NULL never joins
         sig = batch.signature
+        if not sig.built and self.ledger is not None:  # dropped before its build
+            dropped = len(keep) - int(np.count_nonzero(keep))
+            if dropped:
+                self.ledger.drop(self.stores[probe_alias].name, dropped)
         passed = Signature(sig.span, sig.done | bit, sig.built, sig.prior, sig.looked)
         if keep.all():
             return [batch.with_signature(passed)]

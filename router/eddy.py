@@ -86,11 +86,12 @@ class Source:
     """A scan AM as the eddy sees it: its admission semaphore and its rank.
 
     ``rank``: among source batches that are ready, the eddy routes those of the lowest rank
-    first. The planner ranks tables with fewer join edges, then fewer rows, first, so a hub
-    table's tuples arrive after its neighbours' SteMs are built and probe them, rather than
-    every neighbour tuple probing the hub's SteM — the build-side choice of a hash join
-    (stems-2003 §3.1, simulating non-pipelined joins). It is a preference among ready
-    batches, never a wait: a slow source does not hold back the others.
+    first. The planner ranks tables with fewer rows, then fewer join edges, first, so the
+    largest table's tuples (and among equals a hub's) arrive after the others' SteMs are
+    built and probe them, rather than every other tuple probing their SteM — the
+    build-side choice of a hash join (stems-2003 §3.1, simulating non-pipelined joins).
+    It is a preference among ready batches, never a wait: a slow source does not hold
+    back the others.
     """
 
     name: str
@@ -198,7 +199,12 @@ class Eddy:
         # SteM filters not decided yet: destination -> whether to offer it (None: its SteM
         # is not complete yet; asked after builds, SM answers and scan ends).
         self._unready_filters = dict(filters or {})
-        self._sms = {d.id for d in routing_table.destinations if d.kind is DestinationKind.SM}
+        # SMs and filters: their drops of unbuilt singletons may complete a SteM.
+        self._drops = {
+            d.id
+            for d in routing_table.destinations
+            if d.kind in (DestinationKind.SM, DestinationKind.FILTER)
+        }
         # Called at points of stasis (stairs-2004 App. A: every admitted tuple fully
         # processed, nothing in flight) with the source tuples admitted so far: where STAIR
         # state may migrate (eddies.modules.stair.StairMigrator).
@@ -213,8 +219,7 @@ class Eddy:
             if pays is None:
                 continue
             del self._unready_filters[d]
-            if pays:
-                self.routing_table.mark_filter_ready(d)
+            self.routing_table.mark_filter_ready(d, pays)
             log.debug("SteM filter complete", filter=self._names[d], offered=pays)
 
     def has_room(self, destination: int) -> bool:
@@ -402,7 +407,7 @@ class Eddy:
             if (
                 message.final
                 and self._unready_filters
-                and (built_table is not None or message.destination in self._sms)
+                and (built_table is not None or message.destination in self._drops)
             ):
                 self._offer_filters()  # a build or a drop may have completed a SteM
         elif isinstance(message, SourceBatch):

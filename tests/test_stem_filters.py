@@ -77,8 +77,10 @@ def test_filters_count_what_they_keep_and_drop():
     f_t, f_r = stats.modules["filter:t@sm2"], stats.modules["filter:r@sm1"]
     assert (f_t.tuples_in, f_t.tuples_out) == (60, kept_t)
     assert (f_r.tuples_in, f_r.tuples_out) == (kept_t, kept_both)
-    # The SteMs were never probed by the tuples the filters dropped.
+    # The SteMs were never probed by the tuples the filters dropped, and the late table's
+    # SteM never stored them: the filters came before the build (BuildFirst allows it).
     assert stats.modules["probe:r"].tuples_in == kept_both
+    assert stats.modules["build:s"].tuples_in == kept_both
     # The filters of the late table's own SteM were never offered: it never completed
     # before the others' tuples were done.
     assert stats.modules["filter:s@sm1"].tuples_in == 0
@@ -99,14 +101,23 @@ def test_filters_off_are_never_offered():
     assert stats.modules["probe:r"].tuples_in == 60
 
 
-def test_filters_are_not_offered_where_the_keys_are_unique():
-    """A unique key (a foreign-key join from the many side): the probe filters as well."""
+def test_unique_key_filters_are_offered_only_before_the_build():
+    """A unique key (a foreign-key join from the many side): after the build the probe
+    filters as well, so the filter is offered only to unbuilt tuples (it saves storing
+    those that join nothing)."""
     data = tables()
     data["t"] = pa.table({"b": pa.array(["x", "y", None], pa.string()), "x": [1, 2, 3]})
-    table, stats = run_virtual(SQL, catalog(data), policy="static", order=FILTERS_FIRST)
+    order = ("build:s", *FILTERS_FIRST)  # built first: the unique filter is not offered
+    table, stats = run_virtual(SQL, catalog(data), policy="static", order=order, debug=True)
     assert_same_bag(table, SQL, data)
     assert stats.modules["filter:t@sm2"].tuples_in == 0
     assert stats.modules["filter:r@sm1"].tuples_in == 60  # r.a repeats: offered
+    assert stats.modules["build:s"].tuples_in == 60
+    table, stats = run_virtual(SQL, catalog(data), policy="static", order=FILTERS_FIRST, debug=True)
+    assert_same_bag(table, SQL, data)
+    _, kept_both = expected_counts(data)
+    assert stats.modules["filter:t@sm2"].tuples_in == 60
+    assert stats.modules["build:s"].tuples_in == kept_both
 
 
 def test_explain_lists_the_filters():
@@ -144,9 +155,16 @@ def test_key_filter_bitmap_and_sorted():
     assert dense.contains(probe).tolist() == [1, 0, 1, 0, 0, 0, 0, 0]
     assert sparse.contains(probe).tolist() == [0, 0, 0, 0, 0, 0, 1, 1]
     assert not KeyFilter(np.array([], dtype=np.int64)).contains(probe).any()
+    packed = KeyFilter(np.array([7, 1_000_007, 1_000_007, 40_000]))  # range ~1M, 4 keys
+    assert packed.kind == "packed" and packed.distinct == 3 and not packed.unique
+    probe = np.array([7, 8, 1_000_007, 1_000_008, 39_999, 40_000, -(2**63), 2**63 - 1, 6])
+    assert packed.contains(probe).tolist() == [1, 0, 1, 0, 0, 1, 0, 0, 0]
 
 
-keys_st = st.lists(st.integers(-(2**63), 2**63 - 1) | st.integers(-50, 50), max_size=40)
+keys_st = st.lists(
+    st.integers(-(2**63), 2**63 - 1) | st.integers(-50, 50) | st.integers(0, 3_000_000),
+    max_size=40,
+)
 
 
 @given(keys_st, keys_st)
