@@ -121,7 +121,7 @@ class Eddy:
         stems: dict | None = None,
         on_idle: Callable[[], None] | None = None,
         inline: dict[int, Callable[[Work], Returned]] | None = None,
-        filters: dict[int, Callable[[], bool | None]] | None = None,
+        filters: dict[int, Callable[[], tuple[bool, bool] | None]] | None = None,
         stasis: Callable[[int], None] | None = None,
     ) -> None:
         self.routing_table = routing_table
@@ -212,15 +212,17 @@ class Eddy:
         self._admitted = 0
 
     def _offer_filters(self) -> None:
-        """Offer the SteM filters whose SteMs now hold every qualifying row, if they pay
-        (the callable answers None while its SteM is incomplete, then True or False)."""
+        """Offer the SteM filters whose SteMs now hold every qualifying row, where they pay
+        (the callable answers None while its SteM is incomplete, then whether to offer
+        it to built tuples and to unbuilt singletons)."""
         decided = {d: ask() for d, ask in self._unready_filters.items()}
         for d, pays in decided.items():
             if pays is None:
                 continue
             del self._unready_filters[d]
-            self.routing_table.mark_filter_ready(d, pays)
-            log.debug("SteM filter complete", filter=self._names[d], offered=pays)
+            built, unbuilt = pays
+            self.routing_table.mark_filter_ready(d, built, unbuilt)
+            log.debug("SteM filter complete", filter=self._names[d], built=built, unbuilt=unbuilt)
 
     def has_room(self, destination: int) -> bool:
         stats = self.queues[destination].statistics()

@@ -175,12 +175,13 @@ class RoutingTable:
         self.failed.add(access)
         self._entries.clear()
 
-    def mark_filter_ready(self, destination: int, pays: bool = True) -> None:
+    def mark_filter_ready(self, destination: int, built: bool = True, unbuilt: bool = True) -> None:
         """The SteM behind filter ``destination`` holds its table's qualifying rows: the
-        filter may be offered from now on to unbuilt singletons (it saves their build),
-        and to built tuples too if it ``pays`` (it does more than the probe would)."""
-        self.build_filters.add(destination)
-        if pays:
+        filter is offered from now on to built tuples if ``built`` (it does more than the
+        probe would), to unbuilt singletons if ``unbuilt`` (it saves storing them)."""
+        if unbuilt:
+            self.build_filters.add(destination)
+        if built:
             self.ready_filters.add(destination)
         self._entries.clear()
 
