@@ -532,13 +532,23 @@ def _place_intervals(tokens: list[Token], root: exp.Expression) -> None:
             node.meta.update(line=token.line, col=token.col, start=token.start, end=token.end)
 
 
+class _Where:
+    """``describe(node)``, rendered when formatted (SQL generation costs ~0.1 ms)."""
+
+    def __init__(self, node: exp.Expression) -> None:
+        self.node = node
+
+    def __str__(self) -> str:
+        return describe(self.node)
+
+
 def _join_spec(sql: str, tokens: list[Token], join: exp.Join, index: int, group: int) -> JoinSpec:
     """Classify one sqlglot Join (its kind/method values are already allow-listed)."""
     kind = str(join.args.get("kind") or "").upper()
     side = str(join.args.get("side") or "").lower()
     natural = str(join.args.get("method") or "").upper() == "NATURAL"
     on, using = join.args.get("on"), join.args.get("using") or []
-    where = describe(join)
+    where = _Where(join)  # rendered only for an error message
     if kind == "OUTER" and not side:
         raise SqlSyntaxError(f"SQL syntax error: OUTER JOIN needs LEFT, RIGHT or FULL: {where}")
     if side:

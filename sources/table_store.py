@@ -23,11 +23,11 @@ class TableStore:
     while the query runs.
     """
 
-    def __init__(self, name: str, schema: pa.Schema) -> None:
+    def __init__(self, name: str, schema: pa.Schema, table: pa.Table | None = None) -> None:
         self.name = name
         self.schema = schema
         self._chunks: list[pa.RecordBatch] = []
-        self._table: pa.Table = schema.empty_table()
+        self._table: pa.Table = schema.empty_table() if table is None else table
         self._layout = _Layout(self._table)
         self._preloaded = False
         self._columns: dict[str, pa.Array] = {}
@@ -36,9 +36,7 @@ class TableStore:
     @classmethod
     def preloaded(cls, name: str, table: pa.Table) -> TableStore:
         """A store that already holds all of ``table`` (rows 0..n-1), without copying it."""
-        store = cls(name, table.schema)
-        store._table = table
-        store._layout = _Layout(table)
+        store = cls(name, table.schema, table)  # no empty table made first (~0.1 ms)
         store._preloaded = True
         return store
 
