@@ -7,6 +7,7 @@ and yields result RecordBatches as soon as they are produced. ``execute`` and
 
 from __future__ import annotations
 
+import logging
 from collections.abc import AsyncIterator, Hashable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -37,6 +38,7 @@ from eddies.engine.sql import parse_statement
 from eddies.router.stats import RunStats
 
 log = structlog.get_logger("eddies.engine")
+_stdlib_log = logging.getLogger("eddies.engine")  # its level, checked before info calls
 
 #: Result batches buffered between the output module and the consumer.
 RESULT_BUFFER = 4
@@ -226,12 +228,14 @@ async def _open_eddy(
     if options.seed is not None:
         seed_scheduler(options.seed)
     send, receive = trio.open_memory_channel(RESULT_BUFFER)
-    log.info(
-        "query started",
-        policy=options.policy,
-        aliases=[a.name for a in plan.graph.aliases],
-        predicates=len(plan.graph.predicates),
-    )
+    informing = _stdlib_log.isEnabledFor(logging.INFO)  # skip structlog's bind if not
+    if informing:
+        log.info(
+            "query started",
+            policy=options.policy,
+            aliases=[a.name for a in plan.graph.aliases],
+            predicates=len(plan.graph.predicates),
+        )
     try:
         async with trio.open_nursery() as nursery:
             # Only the query's own tasks sit under ``stop``: a LIMIT that cancels it must
@@ -262,7 +266,8 @@ async def _open_eddy(
                     plan.tables[table].stream.on_take = None
     except BaseExceptionGroup as group:
         raise _unwrap(group) from None
-    log.info("query finished", rows=stats.rows_out, seconds=round(stats.elapsed_seconds, 4))
+    if informing:
+        log.info("query finished", rows=stats.rows_out, seconds=round(stats.elapsed_seconds, 4))
 
 
 async def _run_until_stopped(

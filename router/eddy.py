@@ -45,6 +45,7 @@ finishes, the eddy stops the table's other scans: all they would deliver is dupl
 
 from __future__ import annotations
 
+import logging
 import time
 from collections import deque
 from collections.abc import Callable
@@ -64,6 +65,9 @@ from eddies.router.stats import RunStats
 from eddies.router.tuple_batch import Signature, TupleBatch
 
 log = structlog.get_logger("eddies.router")
+#: The stdlib logger behind ``log``: a debug call through structlog's lazy proxy costs a
+#: logger lookup and a bind even when debug is off, so the eddy checks the level first.
+_stdlib_log = logging.getLogger("eddies.router")
 
 #: Probe tuples that may wait in the eddy for full index AMs while new source tuples are
 #: still admitted (see ``Eddy._admission_blocked``); beyond it the sources are held back.
@@ -199,6 +203,7 @@ class Eddy:
         # SteM filters not decided yet: destination -> whether to offer it (None: its SteM
         # is not complete yet; asked after builds, SM answers and scan ends).
         self._unready_filters = dict(filters or {})
+        self._debug = _stdlib_log.isEnabledFor(logging.DEBUG)
         # SMs and filters: their drops of unbuilt singletons may complete a SteM.
         self._drops = {
             d.id
@@ -222,7 +227,10 @@ class Eddy:
             del self._unready_filters[d]
             built, unbuilt = pays
             self.routing_table.mark_filter_ready(d, built, unbuilt)
-            log.debug("SteM filter complete", filter=self._names[d], built=built, unbuilt=unbuilt)
+            if self._debug:
+                log.debug(
+                    "SteM filter complete", filter=self._names[d], built=built, unbuilt=unbuilt
+                )
 
     def has_room(self, destination: int) -> bool:
         stats = self.queues[destination].statistics()
@@ -424,7 +432,8 @@ class Eddy:
         elif isinstance(message, SourceDone):
             source = self.sources[message.source]
             self._close_source(message.source, keep_delivered=True)
-            log.debug("source exhausted", source=source.name, open=self.sources_open)
+            if self._debug:
+                log.debug("source exhausted", source=source.name, open=self.sources_open)
             if source.table in self._scanned:
                 self._scanned[source.table].set()
             self._scan_done.add(source.table)
