@@ -7,8 +7,9 @@ join graph's edges before the joins run; DataFusion's dynamic filters push a has
 build-side keys into the probe side's scan. Here the keys are the SteM index's int64
 codes (:mod:`eddies.modules.key_encoding`: integers as themselves, strings through the
 index's dictionary, several columns mixed), so the filter is exact on codes: a bitmap
-over ``[min, max]`` when the codes are dense (surrogate keys, dictionary codes), a packed
-bitmap (one bit a code) when the range is sparse but at most ``PACKED_MAX_BITS``, else the
+over ``[min, max]`` (one byte a code) when the codes are dense (surrogate keys, dictionary
+codes) or the range is at most ``BYTEMAP_MAX``, a packed bitmap (one bit a code) when it is
+at most ``PACKED_MAX_BITS``, else the
 sorted distinct codes, probed by binary search. A code match only says "may join" for
 mixed multi-column keys (a hash may collide); it never drops a tuple that joins.
 """
@@ -23,6 +24,12 @@ BITMAP_DENSITY = 8
 #: orderkeys over a range of 6 M, 32,768 codes probed: 96 µs, against 2.1 ms by binary
 #: search (random probes into a sorted array miss the cache) and 334 µs by pc.is_in.
 PACKED_MAX_BITS = 1 << 26
+#: A bitmap of one byte a code, with a False sentinel at each end, is used up to this
+#: range (8 MB) when the codes lie within +-2**62 (so that ``code - low`` can wrap only
+#: far outside the range): three NumPy passes a probe — subtract, clip, gather —
+#: 65,536 codes in 75-110 µs, against 170-530 µs through the packed bits or a mask.
+BYTEMAP_MAX = 1 << 23
+_SAFE = 1 << 62
 
 
 class KeyFilter:
@@ -44,10 +51,13 @@ class KeyFilter:
         self.distinct = 0
         if self.size:
             lo, hi = int(keys.min()), int(keys.max())
-            if hi - lo + 1 <= max(64, BITMAP_DENSITY * self.size):
+            span = hi - lo + 1
+            dense = span <= max(64, BITMAP_DENSITY * self.size)
+            if dense or (span <= BYTEMAP_MAX and lo > -_SAFE and hi < _SAFE):
                 self._lo, self._hi = lo, hi
-                self._bitmap = np.zeros(hi - lo + 1, dtype=bool)
-                self._bitmap[keys - lo] = True
+                # bitmap[code - lo + 1]; bitmap[0] and bitmap[span + 1] stay False
+                self._bitmap = np.zeros(span + 2, dtype=bool)
+                self._bitmap[keys - lo + 1] = True  # keys - lo is in [0, span)
                 self.kind = "bitmap"
                 self.distinct = int(np.count_nonzero(self._bitmap))
             elif hi - lo + 1 <= PACKED_MAX_BITS:
@@ -68,12 +78,18 @@ class KeyFilter:
 
     def contains(self, keys: np.ndarray) -> np.ndarray:
         """Boolean mask, per code in ``keys``: whether it is present."""
+        keys = np.asarray(keys, dtype=np.int64)
         if self.kind == "empty":
             return np.zeros(len(keys), dtype=bool)
         if self._bitmap is not None:
+            if self._lo > -_SAFE and self._hi < _SAFE:
+                # A code outside the range, wrapped or not, clips onto a sentinel.
+                slot = keys - (self._lo - 1)
+                np.clip(slot, 0, len(self._bitmap) - 1, out=slot)
+                return self._bitmap[slot]
             inside = (keys >= self._lo) & (keys <= self._hi)
             found = np.zeros(len(keys), dtype=bool)
-            found[inside] = self._bitmap[keys[inside] - self._lo]
+            found[inside] = self._bitmap[keys[inside] - self._lo + 1]
             return found
         if self._packed is not None:
             inside = (keys >= self._lo) & (keys <= self._hi)

@@ -160,14 +160,27 @@ def test_key_filter_bitmap_and_sorted():
     assert dense.contains(probe).tolist() == [1, 0, 1, 0, 0, 0, 0, 0]
     assert sparse.contains(probe).tolist() == [0, 0, 0, 0, 0, 0, 1, 1]
     assert not KeyFilter(np.array([], dtype=np.int64)).contains(probe).any()
-    packed = KeyFilter(np.array([7, 1_000_007, 1_000_007, 40_000]))  # range ~1M, 4 keys
-    assert packed.kind == "packed" and packed.distinct == 3 and not packed.unique
     probe = np.array([7, 8, 1_000_007, 1_000_008, 39_999, 40_000, -(2**63), 2**63 - 1, 6])
+    sparse_bytes = KeyFilter(np.array([7, 1_000_007, 1_000_007, 40_000]))  # range ~1 M
+    assert sparse_bytes.kind == "bitmap" and sparse_bytes.distinct == 3
+    assert not sparse_bytes.unique
+    assert sparse_bytes.contains(probe).tolist() == [1, 0, 1, 0, 0, 1, 0, 0, 0]
+    packed = KeyFilter(np.array([7, 10_000_007, 10_000_007, 40_000]))  # range ~10 M
+    assert packed.kind == "packed" and packed.distinct == 3 and not packed.unique
+    probe[2:4] = [10_000_007, 10_000_008]
     assert packed.contains(probe).tolist() == [1, 0, 1, 0, 0, 1, 0, 0, 0]
+    edge = KeyFilter(np.array([-(2**63), -(2**63) + 3]))  # dense at the int64 edge
+    assert edge.kind == "bitmap"
+    assert edge.contains(probe).tolist() == [0, 0, 0, 0, 0, 0, 1, 0, 0]
 
 
 keys_st = st.lists(
-    st.integers(-(2**63), 2**63 - 1) | st.integers(-50, 50) | st.integers(0, 3_000_000),
+    st.integers(-(2**63), 2**63 - 1)
+    | st.integers(-50, 50)
+    | st.integers(0, 3_000_000)
+    | st.integers(0, 30_000_000)
+    | st.integers(2**62 - 100, 2**62 + 100)
+    | st.integers(-(2**63), -(2**63) + 100),
     max_size=40,
 )
 
