@@ -800,6 +800,8 @@ class SteM(Module):
         cross product): how a probe is cut into parts of at most ``MAX_OUTPUT_ROWS``.
         Also the probe keys of a keyed probe (see :meth:`_probe_keys`) and their index
         bounds, to reuse."""
+        if horizon == 0:  # an empty SteM (a hub probed by its neighbours before its scan)
+            return np.zeros(len(batch), dtype=np.int64), None
         lo, hi = self._window(batch, target, horizon)
         span = np.maximum(hi - lo, 0)
         if predicate is None:
@@ -900,6 +902,8 @@ class SteM(Module):
         among the tuples stored below ``horizon`` (default: all); ``keyed``: the batch's
         probe keys if encoded already."""
         horizon = len(self._rows) if horizon is None else horizon
+        if horizon == 0:  # nothing stored below the horizon: no key to encode
+            return []
         probe_idx, pos = self._matches(batch, target, predicate, horizon, keyed)
         return self._joined(batch, target, predicate, probe_idx, pos)
 
