@@ -37,19 +37,19 @@ class SortedRunIndex:
         self._runs: list[_Run] = []
 
     def __len__(self) -> int:
-        return sum(len(run.keys) for run in self._runs)
+        return sum(run.size for run in self._runs)
 
     def insert(self, keys: np.ndarray, positions: np.ndarray) -> None:
         if len(keys) == 0:
             return
         self._runs.append(_Run.of(keys, positions))
-        while len(self._runs) >= 2 and 2 * len(self._runs[-1].keys) >= len(self._runs[-2].keys):
-            upper = self._runs.pop()
-            lower = self._runs.pop()
+        while len(self._runs) >= 2 and 2 * self._runs[-1].size >= self._runs[-2].size:
+            upper_keys, upper_positions = self._runs.pop().entries()
+            lower_keys, lower_positions = self._runs.pop().entries()
             self._runs.append(
                 _Run.of(
-                    np.concatenate([lower.keys, upper.keys]),
-                    np.concatenate([lower.positions, upper.positions]),
+                    np.concatenate([lower_keys, upper_keys]),
+                    np.concatenate([lower_positions, upper_positions]),
                 )
             )
 
@@ -60,9 +60,10 @@ class SortedRunIndex:
         renumber = np.cumsum(~dead) - 1
         out = SortedRunIndex()
         for run in self._runs:
-            keep = ~dead[run.positions]
+            keys, positions = run.entries()
+            keep = ~dead[positions]
             if keep.any():
-                out._runs.append(_Run.sorted_of(run.keys[keep], renumber[run.positions[keep]]))
+                out._runs.append(_Run.sorted_of(keys[keep], renumber[positions[keep]]))
         return out
 
     def bounds(self, keys: np.ndarray) -> Bounds:
@@ -136,17 +137,30 @@ class SortedRunIndex:
 
 class _Run:
     """One sorted run; with CSR offsets by key when its key range is small (dense), else
-    with a hash table of its distinct keys, built when a large probe first needs it."""
+    with a hash table of its distinct keys, built when a large probe first needs it.
 
-    __slots__ = ("_distinct", "_starts", "keys", "low", "offsets", "positions")
+    A *direct* run (unique keys over a small range: a primary key) is a direct-address
+    table instead: ``positions[k - low]`` is key k's one position, or -1; an entry's
+    ``[lo, hi)`` is then ``[k - low, k - low + 1)`` when present. One array of the key
+    range, where sorted entries and CSR offsets take three (and as many fresh pages to
+    touch: 1 M keys built in 7 ms instead of 13)."""
+
+    __slots__ = ("_distinct", "_starts", "direct", "keys", "low", "offsets", "positions", "size")
 
     def __init__(
-        self, keys: np.ndarray, positions: np.ndarray, low: int, offsets: np.ndarray | None
+        self,
+        keys: np.ndarray | None,
+        positions: np.ndarray,
+        low: int,
+        offsets: np.ndarray | None,
+        size: int | None = None,
     ) -> None:
-        self.keys = keys  # sorted
+        self.keys = keys  # sorted; None for a direct run
         self.positions = positions
         self.low = low
         self.offsets = offsets  # offsets[k - low] .. offsets[k - low + 1]: key k's entries
+        self.direct = keys is None
+        self.size = len(positions) if size is None else size  # entries
         self._distinct: pd.Index | None = None  # sparse runs: distinct keys, hashed
         self._starts: np.ndarray | None = None  # their entries: _starts[i] .. _starts[i+1]
 
@@ -166,12 +180,9 @@ class _Run:
         if span >= len(keys):  # else some key repeats
             where = np.full(span, -1, dtype=np.int64)
             where[slot] = positions  # positions are >= 0: -1 marks an empty slot
-            filled = where >= 0
-            if int(np.count_nonzero(filled)) == len(keys):
-                offsets = np.zeros(span + 1, dtype=np.int64)
-                np.cumsum(filled, out=offsets[1:])
-                return cls(np.flatnonzero(filled) + low, where[filled], low, offsets)
-            del where, filled
+            if int(np.count_nonzero(where >= 0)) == len(keys):
+                return cls(None, where, low, None, len(keys))  # direct-address
+            del where
         counts = np.bincount(slot, minlength=span)
         offsets = np.zeros(span + 1, dtype=np.int64)
         np.cumsum(counts, out=offsets[1:])
@@ -194,8 +205,22 @@ class _Run:
         np.cumsum(np.bincount(keys - low, minlength=span), out=offsets[1:])
         return cls(keys, positions, low, offsets)
 
+    def entries(self) -> tuple[np.ndarray, np.ndarray]:
+        """(keys, positions) of the run's entries in key order."""
+        if not self.direct:
+            assert self.keys is not None
+            return self.keys, self.positions
+        present = self.positions >= 0
+        return np.flatnonzero(present) + self.low, self.positions[present]
+
     def bounds(self, probe: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Per probe key, [lo, hi) of its entries in this run."""
+        if self.direct:
+            slot = probe - self.low
+            inside = (slot >= 0) & (slot < len(self.positions))
+            slot = np.where(inside, slot, 0)
+            found = inside & (self.positions[slot] >= 0)
+            return slot, slot + found
         if self.offsets is None and len(probe) >= HASH_PROBES:
             distinct, starts = self._hashed()
             code = distinct.get_indexer(probe)  # -1: not in this run
