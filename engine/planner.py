@@ -35,7 +35,7 @@ from sqlglot import exp
 
 from eddies.engine import join_steps
 from eddies.engine.catalog import Catalog, CatalogTable
-from eddies.engine.compile import compile_expr, is_hop_window
+from eddies.engine.compile import LazySql, compile_expr, is_hop_window
 from eddies.engine.errors import (
     DataSourceError,
     QueryTypeError,
@@ -485,7 +485,7 @@ def _plan_predicates(
         mask = sum({1 << k[0] for k in expr.column_keys()})
         predicates.append(
             Predicate(
-                len(predicates), f"sm{len(predicates) + 1}", node.sql(dialect="duckdb"), expr, mask
+                len(predicates), f"sm{len(predicates) + 1}", LazySql(node), expr, mask
             )
         )
     for (a, b), parts in edges.items():
@@ -500,7 +500,7 @@ def _plan_predicates(
             Predicate(
                 len(predicates),
                 f"sm{len(predicates) + 1}",
-                combined.sql(dialect="duckdb"),
+                LazySql(combined),
                 expr,
                 (1 << a) | (1 << b),
                 edge,
