@@ -195,8 +195,10 @@ async def open_query(
     """
     options = RunOptions.from_kwargs(options, **kwargs)
     catalog = _check_catalog(catalog)
-    root = parse_statement(_check_sql(sql), [name.lower() for name in catalog.functions])
+    functions = [name.lower() for name in catalog.functions]
+    root = parse_statement(_check_sql(sql), functions, copy=False)  # only read here
     if is_composite(root):  # WITH, subqueries, set operations, windows: composite.py
+        root = parse_statement(sql, functions)  # a copy: composite.py transforms it
         if options.checkpoint is not None:
             raise UnsupportedQueryError(
                 "checkpoint=: composite queries (WITH, subqueries, set operations, window "
