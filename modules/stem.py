@@ -476,7 +476,10 @@ class SteM(Module):
             rows = self._rows.view()
             stored, _, valid = index.encode(self.store, index.columns, rows, grow=False)
             unique = KeyFilter(stored if valid is None else stored[valid]).unique
-        return not unique, not unique or not encoded
+        # Never before a stream tuple's build: its window counts every row of the stream
+        # stored (a row window's last N), so one the join would drop must still be stored.
+        stream = edge.other(target) in self.clocks
+        return not unique, (not unique or not encoded) and not stream
 
     def _key_filter(self, index: ColumnIndex, target: int) -> tuple[KeyFilter, bool]:
         """The key set of the stored rows that may qualify (NULL keys never join), and
