@@ -6,11 +6,13 @@ index is a stack of sorted runs merged like a binary counter (a run is merged in
 below while it is at least half that one's size): inserts cost O(n log n) amortized, a
 probe costs one lookup per run (O(log n) runs). A run whose keys are dense (dictionary
 codes of strings, surrogate ids) also gets CSR offsets by key, so its lookup is two gathers
-instead of a binary search. Other runs answer a large probe (``HASH_PROBES`` keys or more)
-through a hash table of their distinct keys (a pandas Index, built on first use: O(1) per
-key, where two binary searches of 1.5 M unsorted keys cost 0.25 s) and a small one with
-``searchsorted``. A probe's per-run bounds are computed once (:meth:`SortedRunIndex.bounds`)
-and shared by the match counts and the matches. Everything is vectorized.
+instead of a binary search; one whose dense keys are also unique (a primary key) is a
+direct-address table, built by one scatter. Other runs answer a large probe
+(``HASH_PROBES`` keys or more) through a hash table of their distinct keys (a pandas
+Index, built on first use: O(1) per key, where two binary searches of 1.5 M unsorted keys
+cost 0.25 s) and a small one with ``searchsorted``. A probe's per-run bounds are
+computed once (:meth:`SortedRunIndex.bounds`) and shared by the match counts and the
+matches. Everything is vectorized.
 """
 
 from __future__ import annotations
