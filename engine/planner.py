@@ -484,9 +484,7 @@ def _plan_predicates(
     for node, expr in singles:
         mask = sum({1 << k[0] for k in expr.column_keys()})
         predicates.append(
-            Predicate(
-                len(predicates), f"sm{len(predicates) + 1}", LazySql(node), expr, mask
-            )
+            Predicate(len(predicates), f"sm{len(predicates) + 1}", LazySql(node), expr, mask)
         )
     for (a, b), parts in edges.items():
         nodes = [p[0] for p in parts]
