@@ -600,7 +600,7 @@ class SteM(Module):
         if self.stream_clock is not None:
             self._clock_built(row_ids, raw_ts)
         done = batch.signature.done if self.single_alias else 0
-        self._done.extend(np.full(len(row_ids), done, dtype=np.uint64))
+        self._done.extend_constant(len(row_ids), np.uint64(done))
         return self._bounced(batch, raw_ts)
 
     def _bounced(self, batch: TupleBatch, raw_ts: np.ndarray) -> list[TupleBatch]:

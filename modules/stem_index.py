@@ -273,5 +273,15 @@ class GrowableArray:
         self._data[self._size : need] = values
         self._size = need
 
+    def extend_constant(self, n: int, value) -> None:
+        """Append ``n`` copies of ``value`` (no temporary array)."""
+        need = self._size + n
+        if need > len(self._data):
+            grown = np.empty(max(need, 2 * len(self._data)), dtype=self._data.dtype)
+            grown[: self._size] = self._data[: self._size]
+            self._data = grown
+        self._data[self._size : need] = value
+        self._size = need
+
     def view(self) -> np.ndarray:
         return self._data[: self._size]

@@ -78,6 +78,11 @@ def test_growable_array_keeps_values_across_growth():
     for start in range(0, 100, 7):
         arr.extend(np.arange(start, start + 7))
     assert arr.view().tolist() == [v for s in range(0, 100, 7) for v in range(s, s + 7)]
+    done = GrowableArray(np.uint64, capacity=2)
+    done.extend_constant(3, np.uint64(2**63 + 1))
+    done.extend(np.array([5], dtype=np.uint64))
+    done.extend_constant(4, np.uint64(7))
+    assert done.view().tolist() == [2**63 + 1] * 3 + [5] + [7] * 4
 
 
 def test_float_codes_fold_negative_zero_and_ints_cast():
