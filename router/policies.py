@@ -261,7 +261,14 @@ class LotteryPolicy(RoutingPolicy):
     def __init__(self, destinations, rng) -> None:
         super().__init__(destinations, rng)
         self.tickets = np.zeros(len(destinations), dtype=np.float64)
-        self._cheap_sms = {d.id for d in destinations if d.kind is DestinationKind.SM and d.cheap}
+        # Selections an unbuilt singleton passes before its build: UDF-free SMs and SteM
+        # filters (eddies.router.routing_table offers a filter there once its SteM is
+        # complete).
+        self._cheap_sms = {
+            d.id
+            for d in destinations
+            if (d.kind is DestinationKind.SM and d.cheap) or d.kind is DestinationKind.FILTER
+        }
 
     def weights(self, dests: list[int]) -> np.ndarray:
         return np.maximum(self.tickets[dests], 1.0)

@@ -51,7 +51,7 @@ class Predicate:
 
     index: int
     name: str
-    sql: str
+    sql: object  # its SQL text: a str, or rendered lazily by str()
     expr: Expr
     alias_mask: int
     edge: Edge | None = None

@@ -22,10 +22,12 @@ under the routing constraints of stems-2003 Table 2:
   or was dropped by an SM), a tuple that spans one side of an edge to that table and not
   the table itself may first pass a membership filter of the SteM's join keys: a tuple
   whose key is not there can never join, and is dropped before it is probed or gathered
-  further. The filter has a Done bit of its own (``Destination.bit``, above the
-  predicates' bits), so a tuple passes it at most once; it is optional — a tuple is
-  complete without it — and the policy learns whether it pays, like any SM. Filters
-  become eligible at run time (:meth:`RoutingTable.mark_filter_ready`).
+  further; an unbuilt singleton may pass it before its build (BuildFirst's exception
+  for SMs: a tuple no result can contain need not be stored). The filter has a Done
+  bit of its own (``Destination.bit``, above the predicates' bits), so a tuple passes it
+  at most once; it is optional — a tuple is complete without it — and the policy learns
+  whether it pays, like any SM. Filters become eligible at run time
+  (:meth:`RoutingTable.mark_filter_ready`).
 * **Relaxed BuildFirst** (§3.5) — when one table is never built, its *floating* tuples
   produce every result: they probe the other SteMs (and, bounced back by a SteM that is
   not complete yet, probe that SteM again, relaxing BoundedRepetition; their
@@ -156,7 +158,9 @@ class RoutingTable:
         }
         self.output = next(d.id for d in destinations if d.kind is DestinationKind.OUTPUT)
         self.filters = [d for d in destinations if d.kind is DestinationKind.FILTER]
-        self.ready_filters: set[int] = set()  # filter destinations whose SteM is complete
+        self.ready_filters: set[int] = set()  # filters offered to built tuples (they pay)
+        # Filters whose SteM is complete, offered to unbuilt singletons (see _compute).
+        self.build_filters: set[int] = set()
         self._step = {d.target_alias: d.id for d in destinations if d.kind is DestinationKind.STEP}
         # STAIR joins (join_state "eddyjoins" or "stairs"): edge predicate -> destination.
         self._joins = {d.predicate: d.id for d in destinations if d.kind is DestinationKind.JOIN}
@@ -188,10 +192,14 @@ class RoutingTable:
         self.failed.add(access)
         self._entries.clear()
 
-    def mark_filter_ready(self, destination: int) -> None:
+    def mark_filter_ready(self, destination: int, built: bool = True, unbuilt: bool = True) -> None:
         """The SteM behind filter ``destination`` holds its table's qualifying rows: the
-        filter may be offered from now on."""
-        self.ready_filters.add(destination)
+        filter is offered from now on to built tuples if ``built`` (it does more than the
+        probe would), to unbuilt singletons if ``unbuilt`` (it saves storing them)."""
+        if unbuilt:
+            self.build_filters.add(destination)
+        if built:
+            self.ready_filters.add(destination)
         self._entries.clear()
 
     def complete(self, sig: Signature) -> bool:
@@ -256,6 +264,13 @@ class RoutingTable:
                     if p.alias_mask & ~sig.span == 0:
                         dests.append(self._sm[p.index])
                         edges.append(None)
+                # A complete SteM's key filter before the build: a tuple it drops joins
+                # nothing, so it need not be stored (the SteM stays small, and the tuple's
+                # table may become final sooner; its drops count like an SM's).
+                for f in self.filters:
+                    if f.id in self.build_filters and self._filters_now(sig, f):
+                        dests.append(f.id)
+                        edges.append(f.predicate)
             return RouteEntry(tuple(dests), tuple(edges))
         if self.complete(sig):
             return RouteEntry((self.output,), (None,), complete=True)

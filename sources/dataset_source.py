@@ -347,6 +347,8 @@ def _refuted(part: ds.ParquetFileFragment, dynamic: DynamicFilter) -> bool:
         return False
     meta = part.metadata
     group = meta.row_group(part.row_groups[0].id)
+    if group.num_rows == 0:  # no row to keep (and often no statistics to say so)
+        return True
     paths = {meta.schema.column(j).path: j for j in range(meta.num_columns)}
     for column, codes in keys:
         j = paths.get(column)

@@ -23,11 +23,11 @@ class TableStore:
     while the query runs.
     """
 
-    def __init__(self, name: str, schema: pa.Schema) -> None:
+    def __init__(self, name: str, schema: pa.Schema, table: pa.Table | None = None) -> None:
         self.name = name
         self.schema = schema
         self._chunks: list[pa.RecordBatch] = []
-        self._table: pa.Table = schema.empty_table()
+        self._table: pa.Table = schema.empty_table() if table is None else table
         self._layout = _Layout(self._table)
         self._preloaded = False
         self._columns: dict[str, pa.Array] = {}
@@ -36,9 +36,7 @@ class TableStore:
     @classmethod
     def preloaded(cls, name: str, table: pa.Table) -> TableStore:
         """A store that already holds all of ``table`` (rows 0..n-1), without copying it."""
-        store = cls(name, table.schema)
-        store._table = table
-        store._layout = _Layout(table)
+        store = cls(name, table.schema, table)  # no empty table made first (~0.1 ms)
         store._preloaded = True
         return store
 
@@ -129,7 +127,38 @@ class TableStore:
         if chunk is not None:  # all in one chunk: the common case of scan-ordered ids
             local = row_ids - layout.starts[chunk] if chunk else row_ids
             return table.column(name).chunk(chunk).take(pa.array(local))
+        if n * SMALL_GATHER < table.num_rows:
+            return _take_by_chunk(table.column(name), layout.starts, row_ids)
         return self.column(name).take(pa.array(row_ids))
+
+
+#: A gather across chunks of fewer than 1/SMALL_GATHER of the rows takes from each chunk
+#: instead of copying the whole column into one array first (a 32k-row lineitem batch
+#: straddling two of the 53 chunks of TPC-H SF1 copied 6 M keys, ~30 ms and 48 MB).
+SMALL_GATHER = 4
+
+
+def _take_by_chunk(column: pa.ChunkedArray, starts: np.ndarray, row_ids: np.ndarray) -> pa.Array:
+    """``column`` at ``row_ids`` (chunk ``k`` holds ids ``starts[k]..starts[k+1]-1``),
+    taken chunk by chunk and put back in the order of ``row_ids``."""
+    chunk_of = np.searchsorted(starts, row_ids, side="right") - 1
+    order = None
+    if len(chunk_of) > 1 and (np.diff(chunk_of) < 0).any():
+        order = np.argsort(chunk_of, kind="stable")
+        row_ids, chunk_of = row_ids[order], chunk_of[order]
+    first, last = int(chunk_of[0]), int(chunk_of[-1])
+    bounds = np.searchsorted(chunk_of, np.arange(first, last + 2))
+    parts = [
+        column.chunk(k).take(pa.array(row_ids[bounds[i] : bounds[i + 1]] - starts[k]))
+        for i, k in enumerate(range(first, last + 1))
+        if bounds[i + 1] > bounds[i]
+    ]
+    out = pa.concat_arrays(parts)
+    if order is None:
+        return out
+    inverse = np.empty_like(order)
+    inverse[order] = np.arange(len(order))
+    return out.take(pa.array(inverse))
 
 
 class _Layout:

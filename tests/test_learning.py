@@ -309,7 +309,8 @@ def test_hybrid_pilots_between_expensive_choices_and_ranks_them():
 def test_hybrid_sends_a_built_tuple_through_free_selections_before_probes():
     """Among free choices, a SteM filter (a free selection: it never grows a batch) goes
     before the SteM probes for built tuples, drawn among the selections only; unbuilt
-    singletons are left to the lottery's own push-down."""
+    singletons are left to the lottery's own push-down (SMs and filters before the
+    build)."""
     cat = Catalog()
     for name in ("r", "s", "t"):
         cat.add_table(name, pa.table({"a": [1, 1, 2], "b": [1, 2, 2]}))
@@ -327,10 +328,12 @@ def test_hybrid_sends_a_built_tuple_through_free_selections_before_probes():
     assert {hybrid.choose(probes_only, 50_000, lambda d: True, s_sig) for _ in range(100)} == set(
         probes
     )
+    # An unbuilt singleton's entry: its build and the filters of complete SteMs. The
+    # lottery's push-down sends it through the filters first, never to the build.
     unbuilt = Signature(2, 0, False)
-    assert {hybrid.choose(entry, 50_000, lambda d: True, unbuilt) for _ in range(200)} > set(
-        filters
-    )
+    before_build = RouteEntry((names["build:s"], *filters), (None,) * 3)
+    draws = {hybrid.choose(before_build, 50_000, lambda d: True, unbuilt) for _ in range(200)}
+    assert draws == set(filters)
 
 
 def test_an_expensive_choice_is_not_committed_far_ahead_of_its_answers():

@@ -70,3 +70,50 @@ def test_stream_hooks_are_given_at_construction():
     assert all(s.start_after is parts.commits.streams_may_start for s in stream_scans)
     assert all(s.start_after is None for s in static_scans)
     assert parts.streams == [cat.table("st").stream]
+
+
+def test_default_batch_size_scales_with_the_table_and_sources_rank_by_rows():
+    """A large in-memory table is scanned in 1/16 of its rows a batch (at most 2**19);
+    a small one in DEFAULT_BATCH_SIZE; a batch size given wins. The eddy prefers the
+    smaller table's ready batches (the largest table probes last, as a hash join's probe
+    side), whatever the join edges."""
+    import numpy as np
+
+    from eddies.engine.run import DEFAULT_BATCH_SIZE, MAX_DEFAULT_BATCH_SIZE
+
+    cat = Catalog()
+    cat.add_table("big", pa.table({"a": np.arange(2_000_000) % 7}))
+    cat.add_table("mid", pa.table({"a": np.arange(100_000) % 7, "b": np.arange(100_000)}))
+    cat.add_table("small", pa.table({"b": np.arange(10)}))
+    sql = "SELECT count(*) FROM big, mid, small WHERE big.a = mid.a AND mid.b = small.b"
+    _, parts = _lowered(sql, cat)
+    sizes = {scan.name: scan.batch_size for scan in parts.scans}
+    assert sizes == {
+        "scan:big": 2_000_000 // 16,
+        "scan:mid": DEFAULT_BATCH_SIZE,
+        "scan:small": DEFAULT_BATCH_SIZE,
+    }
+    ranked = sorted(parts.sources, key=lambda s: s.rank)
+    assert [s.name for s in ranked] == ["scan:small", "scan:mid", "scan:big"]
+    _, parts = _lowered(sql, cat, batch_size=1000)
+    assert {scan.batch_size for scan in parts.scans} == {1000}
+    assert MAX_DEFAULT_BATCH_SIZE == 1 << 19
+
+
+def test_a_cast_of_a_constant_is_folded_once():
+    """``DATE '1996-01-01'`` (a CAST of a string literal) becomes a literal at compile
+    time; a CAST that fails is left unfolded, and planning's type check reports it as
+    before."""
+    import pytest
+
+    from eddies.engine.errors import QueryTypeError
+    from eddies.router.expressions import Literal
+
+    cat = Catalog()
+    cat.add_table("t", pa.table({"d": pa.array([1, 2], pa.date32())}))
+    plan = plan_query("SELECT d FROM t WHERE d > DATE '1970-01-02'", cat)
+    (pred,) = plan.graph.predicates
+    folded = pred.expr.args[1]
+    assert isinstance(folded, Literal) and folded.value == pa.scalar(1, pa.date32())
+    with pytest.raises(QueryTypeError, match="'nope'"):
+        plan_query("SELECT d FROM t WHERE d > CAST('nope' AS DATE)", cat)

@@ -188,10 +188,11 @@ def test_late_table_is_not_built_once_the_others_are_final():
     trio.run(main, clock=trio.testing.MockClock(autojump_threshold=0))
     stats = got["stats"]
     assert_same_bag(pa.Table.from_batches(got["batches"]), sql, {"r": r, "s": s})
-    # Every s tuple that reached its build was not stored: the 89 that pass s.w > 10, or
-    # all 100 where the policy routed some to the build before the SM.
+    # Every s tuple that reached its build was not stored: at least the 53 that pass
+    # s.w > 10 and r's key filter (a in {2, 3}: r's SteM is complete, so the filter may
+    # drop s tuples before their build), at most all 100.
     reached = stats.modules["build:s"].tuples_in
-    assert reached >= 89
+    assert 53 <= reached <= 100
     assert stats.build_skipped.get("s", 0) == reached
     assert "r" not in stats.build_skipped
 

@@ -77,8 +77,10 @@ def test_filters_count_what_they_keep_and_drop():
     f_t, f_r = stats.modules["filter:t@sm2"], stats.modules["filter:r@sm1"]
     assert (f_t.tuples_in, f_t.tuples_out) == (60, kept_t)
     assert (f_r.tuples_in, f_r.tuples_out) == (kept_t, kept_both)
-    # The SteMs were never probed by the tuples the filters dropped.
+    # The SteMs were never probed by the tuples the filters dropped, and the late table's
+    # SteM never stored them: the filters came before the build (BuildFirst allows it).
     assert stats.modules["probe:r"].tuples_in == kept_both
+    assert stats.modules["build:s"].tuples_in == kept_both
     # The filters of the late table's own SteM were never offered: it never completed
     # before the others' tuples were done.
     assert stats.modules["filter:s@sm1"].tuples_in == 0
@@ -99,14 +101,28 @@ def test_filters_off_are_never_offered():
     assert stats.modules["probe:r"].tuples_in == 60
 
 
-def test_filters_are_not_offered_where_the_keys_are_unique():
-    """A unique key (a foreign-key join from the many side): the probe filters as well."""
+def test_unique_key_filters_are_offered_only_before_the_build():
+    """A unique key (a foreign-key join from the many side): after the build the probe
+    filters as well, so the filter is never offered to built tuples. Before the build
+    (it saves storing the tuples that join nothing) it is offered over one integer key,
+    a bitmap lookup, and not over string keys, which it would encode as the probe does
+    again."""
     data = tables()
     data["t"] = pa.table({"b": pa.array(["x", "y", None], pa.string()), "x": [1, 2, 3]})
-    table, stats = run_virtual(SQL, catalog(data), policy="static", order=FILTERS_FIRST)
+    data["r"] = pa.table({"a": pa.array([1, 2, 5, None], pa.int64()), "v": [10, 20, 40, 50]})
+    order = ("build:s", *FILTERS_FIRST)  # built first: no filter is offered
+    table, stats = run_virtual(SQL, catalog(data), policy="static", order=order, debug=True)
     assert_same_bag(table, SQL, data)
     assert stats.modules["filter:t@sm2"].tuples_in == 0
-    assert stats.modules["filter:r@sm1"].tuples_in == 60  # r.a repeats: offered
+    assert stats.modules["filter:r@sm1"].tuples_in == 0
+    assert stats.modules["build:s"].tuples_in == 60
+    table, stats = run_virtual(SQL, catalog(data), policy="static", order=FILTERS_FIRST, debug=True)
+    assert_same_bag(table, SQL, data)
+    s_a = data["s"].column("a").to_pylist()
+    in_r = sum(1 for a in s_a if a in (1, 2, 5))
+    assert stats.modules["filter:t@sm2"].tuples_in == 0  # string key: not offered
+    assert stats.modules["filter:r@sm1"].tuples_in == 60
+    assert stats.modules["build:s"].tuples_in == in_r
 
 
 def test_explain_lists_the_filters():
@@ -144,9 +160,29 @@ def test_key_filter_bitmap_and_sorted():
     assert dense.contains(probe).tolist() == [1, 0, 1, 0, 0, 0, 0, 0]
     assert sparse.contains(probe).tolist() == [0, 0, 0, 0, 0, 0, 1, 1]
     assert not KeyFilter(np.array([], dtype=np.int64)).contains(probe).any()
+    probe = np.array([7, 8, 1_000_007, 1_000_008, 39_999, 40_000, -(2**63), 2**63 - 1, 6])
+    sparse_bytes = KeyFilter(np.array([7, 1_000_007, 1_000_007, 40_000]))  # range ~1 M
+    assert sparse_bytes.kind == "bitmap" and sparse_bytes.distinct == 3
+    assert not sparse_bytes.unique
+    assert sparse_bytes.contains(probe).tolist() == [1, 0, 1, 0, 0, 1, 0, 0, 0]
+    packed = KeyFilter(np.array([7, 10_000_007, 10_000_007, 40_000]))  # range ~10 M
+    assert packed.kind == "packed" and packed.distinct == 3 and not packed.unique
+    probe[2:4] = [10_000_007, 10_000_008]
+    assert packed.contains(probe).tolist() == [1, 0, 1, 0, 0, 1, 0, 0, 0]
+    edge = KeyFilter(np.array([-(2**63), -(2**63) + 3]))  # dense at the int64 edge
+    assert edge.kind == "bitmap"
+    assert edge.contains(probe).tolist() == [0, 0, 0, 0, 0, 0, 1, 0, 0]
 
 
-keys_st = st.lists(st.integers(-(2**63), 2**63 - 1) | st.integers(-50, 50), max_size=40)
+keys_st = st.lists(
+    st.integers(-(2**63), 2**63 - 1)
+    | st.integers(-50, 50)
+    | st.integers(0, 3_000_000)
+    | st.integers(0, 30_000_000)
+    | st.integers(2**62 - 100, 2**62 + 100)
+    | st.integers(-(2**63), -(2**63) + 100),
+    max_size=40,
+)
 
 
 @given(keys_st, keys_st)

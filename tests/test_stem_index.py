@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 import pyarrow as pa
 import pytest
@@ -46,11 +48,41 @@ def test_sorted_run_index_matches_brute_force(batches, probe, sparse):
     assert len(index) == len(build)
 
 
+@settings(max_examples=200, deadline=None)
+@given(
+    keys=st.lists(st.integers(-3000, 3000), unique=True, max_size=200),
+    cuts=st.lists(st.integers(0, 200), max_size=4),
+    probe=st.lists(st.integers(-3100, 3100), max_size=60),
+    repeat=st.booleans(),
+)
+def test_unique_dense_keys_scatter_into_a_run(keys, cuts, probe, repeat):
+    """Unique keys (a primary key) build a run by scatter, read off in key order; a key
+    repeated across batches (or within one) falls back to counting. Every probe, count
+    and ``positions_of`` cursor agrees with brute force either way."""
+    build = keys + keys[:3] if repeat else keys
+    index = SortedRunIndex()
+    bounds = sorted({0, len(build), *(c for c in cuts if c <= len(build))})
+    for lo, hi in itertools.pairwise(bounds):
+        index.insert(np.array(build[lo:hi], dtype=np.int64), np.arange(lo, hi, dtype=np.int64))
+    probe_idx, pos = index.probe(np.array(probe, dtype=np.int64))
+    assert set(zip(probe_idx.tolist(), pos.tolist(), strict=True)) == brute_force(build, probe)
+    counts = index.counts(np.array(probe, dtype=np.int64))
+    assert counts.tolist() == [build.count(k) for k in probe]
+    for k in probe[:5]:
+        found, more = index.positions_of(k, 0, len(build), limit=len(build))
+        assert found.tolist() == [i for i, b in enumerate(build) if b == k] and more is None
+
+
 def test_growable_array_keeps_values_across_growth():
     arr = GrowableArray(np.int64, capacity=2)
     for start in range(0, 100, 7):
         arr.extend(np.arange(start, start + 7))
     assert arr.view().tolist() == [v for s in range(0, 100, 7) for v in range(s, s + 7)]
+    done = GrowableArray(np.uint64, capacity=2)
+    done.extend_constant(3, np.uint64(2**63 + 1))
+    done.extend(np.array([5], dtype=np.uint64))
+    done.extend_constant(4, np.uint64(7))
+    assert done.view().tolist() == [2**63 + 1] * 3 + [5] + [7] * 4
 
 
 def test_float_codes_fold_negative_zero_and_ints_cast():

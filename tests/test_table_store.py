@@ -48,7 +48,7 @@ def test_add_table_does_not_copy_a_multi_chunk_table():
 
 @settings(max_examples=60, deadline=None)
 @given(
-    sizes=st.lists(st.integers(0, 7), min_size=1, max_size=8),
+    sizes=st.lists(st.integers(0, 7) | st.integers(20, 60), min_size=1, max_size=8),
     ids=st.lists(st.integers(0, 10_000), max_size=40),
     ranged=st.booleans(),
 )
@@ -76,8 +76,12 @@ def test_gather_within_one_chunk_copies_nothing_else():
     ids = np.array([260, 499, 251, 300], dtype=np.int64)
     assert store.gather("k", ids).to_pylist() == [260, 499, 251, 300]
     assert store._columns == {}  # no combined copy was made
-    # Ids spanning chunks need one array: combined once, then reused.
-    assert store.gather("k", np.array([999, 3, 500])).to_pylist() == [999, 3, 500]
+    # A few ids spanning chunks: taken chunk by chunk, in their order, still no copy.
+    assert store.gather("k", np.array([999, 3, 500, 4])).to_pylist() == [999, 3, 500, 4]
+    assert store._columns == {}
+    # Many ids (a quarter of the rows or more) spanning chunks: combined once, reused.
+    many = np.arange(999, 0, -3, dtype=np.int64)
+    assert store.gather("k", many).to_pylist() == many.tolist()
     assert len(store._columns["k"]) == 1000
 
 
