@@ -33,6 +33,7 @@ Run: ``python bench/stairs.py [--sections 5.4,7i,7ii,7iii,8] [--sf 0.1] [--setup
 from __future__ import annotations
 
 import argparse
+import gc
 import pathlib
 import re
 import time
@@ -76,16 +77,14 @@ def work(stats, base: int) -> int:
     return base + join_work(stats) + moved(stats)
 
 
-def measure(fn, repeat: int):
-    """(run, min wall s, min CPU s) over ``repeat`` calls (no warm-up with repeat 1)."""
-    best = None
-    for _ in range(max(1, repeat)):
-        w0, c0 = time.perf_counter(), time.process_time()
-        run = fn()
-        wall, cpu = time.perf_counter() - w0, time.process_time() - c0
-        if best is None or cpu < best[2]:
-            best = (run, wall, cpu)
-    return best
+def timed(fn):
+    """(run, wall s, CPU s) of one call, garbage collected first: a full collection
+    inside a run costs 40-60 ms here (bench/README.md, issue 10), more than a short
+    run's whole difference between techniques."""
+    gc.collect()
+    w0, c0 = time.perf_counter(), time.process_time()
+    run = fn()
+    return run, time.perf_counter() - w0, time.process_time() - c0
 
 
 def duck_count(sql: str, tables) -> int:
@@ -116,13 +115,18 @@ def run_set(sql, cat, runs: dict, expected: int, repeat: int, base: int):
     """Run each ``label -> kwargs`` of ``runs``; check the count; (rows, results).
     ``base``: the base tuples every run reads."""
     rows, results = [], {}
-    for label, kw in runs.items():
-        run, wall, cpu = measure(lambda kw=kw: run_query(sql, cat, **kw), repeat)
-        got = run.table.column(0)[0].as_py()
-        if got != expected:
-            raise SystemExit(f"{label}: {got} rows, DuckDB {expected}")
+    # Repeats go round the runs in turns, so that a change of the machine's load hits
+    # every technique alike; each keeps its lowest-CPU repeat.
+    for _ in range(max(1, repeat)):
+        for label, kw in runs.items():
+            run, wall, cpu = timed(lambda kw=kw: run_query(sql, cat, **kw))
+            got = run.table.column(0)[0].as_py()
+            if got != expected:
+                raise SystemExit(f"{label}: {got} rows, DuckDB {expected}")
+            if label not in results or cpu < results[label][2]:
+                results[label] = (run, wall, cpu)
+    for label, (run, wall, cpu) in results.items():
         rows.append(row(label, run, wall, cpu, base))
-        results[label] = (run, wall, cpu)
     return rows, results
 
 
@@ -214,7 +218,8 @@ def section_7i(args, tables) -> dict:
     sizes = ", ".join(f"{n} {len(t):,}" for n, t in tables.items())
     print_table(
         f"Fig. 7(i): TPC-H SF{args.sf:g} ({sizes}), lineitem by l_shipdate, rates ∝ size "
-        f"(~{args.seconds:g} s), policy {args.policy}; result {expected:,}",
+        f"(~{args.seconds:g} s), policy {args.policy}, join routing {args.join_routing}; "
+        f"result {expected:,}",
         HEAD,
         rows,
     )
@@ -362,7 +367,13 @@ def section_8(args) -> None:
             for js in techniques
         }
         base = sum(len(t) for t in tables.values())
-        _, res = run_set(sql, cat, runs, expected, args.repeat, base)
+        # "The initial plan for all techniques was also chosen randomly" (§5.3): with
+        # greedy routing, STAIRs and EddyJoins start from the same random plan.
+        stair.INITIAL_PLAN_SEED = seed
+        try:
+            _, res = run_set(sql, cat, runs, expected, args.repeat, base)
+        finally:
+            stair.INITIAL_PLAN_SEED = None
         w = {js: work(res[js][0].stats, base) for js in techniques}
         ratios["eddyjoins"].append(w["stairs"] / w["eddyjoins"])
         ratios["stems"].append(w["stairs"] / w["stems"])
@@ -393,7 +404,8 @@ def section_8(args) -> None:
         )
     print_table(
         f"Fig. 8: {done} random setups (§5.3; tables {args.scale:g}× 1k-100k rows, policy "
-        f"{args.policy}; {drawn - done} redrawn for results > {args.max_result:,}): STAIRs' "
+        f"{args.policy}, join routing {args.join_routing}; {drawn - done} redrawn for "
+        f"results > {args.max_result:,}): STAIRs' "
         "work ÷ the other's",
         ["STAIRs", "≤ 1.0×", "≤ 1.1×", "median", "worst", "best"],
         rows,
@@ -446,13 +458,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--max-result", type=int, default=2_000_000)
     ap.add_argument("--seed", type=int, default=2004)
     ap.add_argument(
+        "--join-routing",
         "--stairs-routing",
+        dest="join_routing",
         choices=("greedy", "policy"),
-        default="greedy" if stair.GREEDY_ROUTING else "policy",
-        help="STAIRs route among joins by the greedy plan (§4.1) or by the policy",
+        default="greedy",
+        help="STAIRs and EddyJoins route among the joins by the greedy plan of §4.1, as "
+        "all the paper's experiments do (SMs, and SteMs, by the policy), or by the policy",
     )
     args = ap.parse_args(argv)
-    stair.GREEDY_ROUTING = args.stairs_routing == "greedy"
+    stair.GREEDY_ROUTING = args.join_routing == "greedy"
     sections = set(args.sections.split(","))
     if "5.4" in sections:
         section_54(args)

@@ -311,9 +311,10 @@ CHECK_EVERY = 1000
 #: many admitted source tuples (bench/stairs.py, Fig. 7(ii): the cost of state
 #: migration as the first change of the early routing decisions is delayed).
 FIRST_CHECK = 0
-#: True: join_state="stairs" routes tuples among the joins by the greedy plan of §4.1, as
-#: the paper's STAIRs do (the policy still orders SMs and the join). False (default): the
-#: policy routes, as with EddyJoins, and the migrator moves the cohorts it misrouted — on
+#: True: join_state="stairs" and "eddyjoins" route tuples among the joins by the greedy
+#: plan of §4.1, as the paper's STAIRs and EddyJoins do (the policy still orders SMs and
+#: the join; EddyJoins re-plan at the same checks but never migrate). False (default):
+#: the policy routes, and the migrator moves the cohorts it misrouted — on
 #: bench/stairs.py this made 4-14× fewer intermediate tuples than greedy routing.
 GREEDY_ROUTING = False
 #: The guard counts a vectorized scan over one stored tuple as this fraction of the cost
@@ -326,6 +327,10 @@ SCAN_COST = 0.02
 #: and to arbitrary plans must still give every result exactly once); None: greedy.
 RANDOM_PLANS_SEED: int | None = None
 RANDOM_MIGRATION_P = 0.5
+#: Greedy routing: a seed draws the plan used before the first check (the greedy plan
+#: under random fan-outs, 0.01-100 log-uniform per join side: "the initial plan ... chosen
+#: randomly", stairs-2004 §5.3); None: every fan-out 1 (ties to the lower join id).
+INITIAL_PLAN_SEED: int | None = None
 #: The greedy policy's hysteresis (§4.2, thrashing): a cohort is a candidate only when
 #: its new join's cumulative selectivity is at least this fraction below its old one's.
 MIGRATION_MARGIN = 0.2
@@ -399,6 +404,20 @@ class GreedyPlan:
         return total
 
 
+def initial_fanouts(joins: dict[int, StairJoin], seed: int | None) -> dict[tuple[int, int], float]:
+    """Fan-outs per (join, side) for the plan before the first check: {} (all 1) without
+    ``seed``, else drawn log-uniform in 0.01-100 (a random plan, the same for every
+    technique given the seed: it depends on the joins only)."""
+    if seed is None:
+        return {}
+    rng = np.random.default_rng(seed)
+    return {
+        (d, side): float(10 ** rng.uniform(-2, 2))
+        for d in sorted(joins)
+        for side in (joins[d].edge.left, joins[d].edge.right)
+    }
+
+
 @dataclass
 class Cohort:
     """The base tuples of ``alias`` first routed to join ``source`` (their singletons are
@@ -445,6 +464,8 @@ class StairMigrator:
     cohort tuple would be stored after its demotion), as in the paper's App. A.
 
     ``totals``: rows per alias when known (in-memory tables), for the input to come.
+    ``migrates=False``: EddyJoins under greedy routing — the same plans at the same
+    checks, no state migration (the paper's baseline, stairs-2004 §4.1, §5).
     """
 
     def __init__(
@@ -454,18 +475,20 @@ class StairMigrator:
         stats: RunStats,
         random: np.random.Generator | None = None,
         totals: dict[int, int | None] | None = None,
+        migrates: bool = True,
     ) -> None:
         self.joins = joins
+        self.migrates = migrates
         self.graph = graph
         self.stats = stats
-        if random is None and RANDOM_PLANS_SEED is not None:
+        if random is None and RANDOM_PLANS_SEED is not None and migrates:
             random = np.random.default_rng(RANDOM_PLANS_SEED)
         self.random = random
         self.totals = totals or {}
         self._checked_at = 0
         self._interval = CHECK_EVERY
         self.routes = GREEDY_ROUTING and random is None
-        self.plan = GreedyPlan(joins, {})
+        self.plan = GreedyPlan(joins, initial_fanouts(joins, INITIAL_PLAN_SEED))
         self.on_plan_change: Callable[[], None] | None = None
         self._moves: set[tuple[int, int, int]] = set()  # (alias, from, to) done
         self._looked: dict[tuple[int, int, int], int] = {}  # cohort -> admitted then
@@ -492,6 +515,8 @@ class StairMigrator:
             self.plan = plan
             if self.on_plan_change is not None:
                 self.on_plan_change()
+        if not self.migrates:
+            return
         for cohort in self.cohorts(plan, admitted):
             if (cohort.alias, cohort.target, cohort.source) in self._moves:
                 self._interval *= 2  # moving back: a sign of thrashing, back off

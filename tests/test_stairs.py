@@ -48,14 +48,35 @@ def migrating(check_every: int = 1, random_seed: int | None = None, p: float = 0
         stair.CHECK_EVERY, stair.RANDOM_PLANS_SEED, stair.RANDOM_MIGRATION_P = saved
 
 
-#: (join_state, migration seed): EddyJoins; STAIRs migrating greedily; STAIRs migrating to
-#: random plans at every point of stasis.
-MODES = [("eddyjoins", None), ("stairs", None), ("stairs", 11)]
+#: (join_state, migration seed, greedy routing): EddyJoins; STAIRs migrating greedily;
+#: STAIRs migrating to random plans at every point of stasis; then EddyJoins and STAIRs
+#: routing among the joins by the greedy plan of §4.1 (from a random initial plan), as
+#: the paper's do (bench/stairs.py).
+MODES = [
+    ("eddyjoins", None, False),
+    ("stairs", None, False),
+    ("stairs", 11, False),
+    ("eddyjoins", None, True),
+    ("stairs", None, True),
+]
+
+
+@contextlib.contextmanager
+def greedy_routing(on: bool, initial_plan_seed: int | None = 5):
+    """STAIRs and EddyJoins route among the joins by the greedy plan (§4.1) when ``on``,
+    starting from the random plan of ``initial_plan_seed``."""
+    saved = stair.GREEDY_ROUTING, stair.INITIAL_PLAN_SEED
+    stair.GREEDY_ROUTING = on
+    stair.INITIAL_PLAN_SEED = initial_plan_seed if on else None
+    try:
+        yield
+    finally:
+        stair.GREEDY_ROUTING, stair.INITIAL_PLAN_SEED = saved
 
 
 def run_all_policies(sql: str, tables: dict, order_keys=None) -> None:
-    for join_state, seed in MODES:
-        with migrating(random_seed=seed):
+    for join_state, seed, greedy in MODES:
+        with migrating(random_seed=seed), greedy_routing(greedy):
             run_mode(sql, tables, order_keys, join_state, seed)
 
 
@@ -270,6 +291,58 @@ def test_greedy_migration_undoes_a_routing_mistake(greedy_routing, monkeypatch):
         return sum(m.tuples_out for m in st.modules.values() if m.kind == "join")
 
     assert made(stats) + stats.stair_promotions < made(runs["eddyjoins"].stats)
+
+
+@pytest.mark.parametrize("initial_plan_seed", [None, 1, 2, 3])
+@pytest.mark.parametrize("batch_size", [1, 7, None])
+def test_eddyjoins_route_by_the_greedy_plan_without_migrating(initial_plan_seed, batch_size):
+    """With greedy routing, EddyJoins follow the §4.1 plan as STAIRs do (the paper's
+    baseline) but never migrate; the static policy keeps its own join order (SHJ plans):
+    both give DuckDB's result, and each initial plan a different routing history."""
+    tables = _tables()
+    sql = "SELECT r.x, t.c, u.y FROM r, s, t, u WHERE r.a = s.a AND s.b = t.b AND t.c = u.c"
+    cat = make_catalog(tables)
+    with greedy_routing(True, initial_plan_seed), migrating(check_every=2):
+        for policy in POLICIES:
+            run = run_query(
+                sql, cat, join_state="eddyjoins", policy=policy, batch_size=batch_size, debug=True
+            )
+            assert_same_bag(run.table, sql, tables, context=f"policy={policy}")
+            assert run.stats.stair_migrations == 0 and run.stats.stair_migrated_tuples == 0
+        for order in (("join:r-s", "join:s-t", "join:t-u"), ("join:t-u", "join:s-t", "join:r-s")):
+            run = run_query(
+                sql,
+                cat,
+                join_state="eddyjoins",
+                policy="static",
+                order=order,
+                batch_size=batch_size,
+            )
+            assert_same_bag(run.table, sql, tables, context=f"order={order}")
+            # the static order, not the greedy plan: the first join of the order takes
+            # every row of its two tables (each's first join in the order) and nothing else
+            first, x, y = order[0], order[0][5], order[0][7]
+            assert run.stats.modules[first].tuples_in == len(tables[x]) + len(tables[y])
+
+
+def test_initial_plan_seed_draws_a_plan_of_the_joins_alone():
+    """The random initial plan (stairs-2004 §5.3) depends on the seed and the joins only,
+    so STAIRs and EddyJoins of one setup start from the same plan; no seed: all 1."""
+    from eddies.modules.stair import GreedyPlan, initial_fanouts
+
+    _, graph, joins = _stair_setup(_tables(), CHAIN)
+    assert initial_fanouts(joins, None) == {}
+    a, b = initial_fanouts(joins, 7), initial_fanouts(joins, 7)
+    assert a == b and len(a) == 2 * len(joins)
+    assert all(0.01 <= f <= 100 for f in a.values())
+    plans = {
+        tuple(
+            GreedyPlan(joins, initial_fanouts(joins, seed)).choice(1 << a.index)
+            for a in graph.aliases
+        )
+        for seed in range(40)
+    }
+    assert len(plans) > 1  # the seeds draw different plans
 
 
 def test_single_table_runs_with_stairs():
