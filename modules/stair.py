@@ -355,10 +355,12 @@ class GreedyPlan:
         joins: dict[int, StairJoin],
         fanout: dict[tuple[int, int], float],
         random: np.random.Generator | None = None,
+        topology: JoinTopology | None = None,
     ) -> None:
         self.joins = joins
         self.fanout = fanout
         self.random = random
+        self.topology = topology or JoinTopology(joins)
         self._choices: dict[int, int] = {}
         self._cumulative: dict[tuple[int, int], float] = {}
 
@@ -370,11 +372,7 @@ class GreedyPlan:
 
     def boundary(self, span: int) -> list[int]:
         """Joins with exactly one side in ``span``."""
-        return [
-            d
-            for d, j in self.joins.items()
-            if (span >> j.edge.left & 1) != (span >> j.edge.right & 1)
-        ]
+        return [d for d, (a, b) in self.topology.ends.items() if (span >> a & 1) != (span >> b & 1)]
 
     def _choose(self, span: int) -> int:
         options = self.boundary(span)
@@ -390,18 +388,36 @@ class GreedyPlan:
         return found
 
     def _cumulate(self, span: int, d: int) -> float:
+        ends, at = self.topology.ends, self.topology.at
+        left, right = ends[d]
         total = 1.0
-        frontier = [(d, self.joins[d].side_of(span))]
+        frontier = [(d, left if span >> left & 1 else right)]
         seen = {d}
         while frontier:
             join, near = frontier.pop()
             total *= self.fanout.get((join, near), 1.0)
-            far = self.joins[join].edge.other(near)
-            for other, j in self.joins.items():
-                if other not in seen and far in (j.edge.left, j.edge.right):
+            a, b = ends[join]
+            far = b if near == a else a
+            for other in at[far]:
+                if other not in seen:
                     seen.add(other)
                     frontier.append((other, far))
         return total
+
+
+class JoinTopology:
+    """The spanning tree's joins, computed once per query for the checks: ``ends[d]``
+    the two aliases of join ``d``; ``at[alias]`` the joins touching ``alias``;
+    ``choosing``: ``(alias, its joins)`` for the aliases with more than one join (only
+    those have a routing decision, hence cohorts that may move)."""
+
+    def __init__(self, joins: dict[int, StairJoin]) -> None:
+        self.ends = {d: (j.edge.left, j.edge.right) for d, j in joins.items()}
+        self.at: dict[int, list[int]] = {}
+        for d, (a, b) in self.ends.items():
+            self.at.setdefault(a, []).append(d)
+            self.at.setdefault(b, []).append(d)
+        self.choosing = [(a, ds) for a, ds in sorted(self.at.items()) if len(ds) > 1]
 
 
 def initial_fanouts(joins: dict[int, StairJoin], seed: int | None) -> dict[tuple[int, int], float]:
@@ -488,7 +504,10 @@ class StairMigrator:
         self._checked_at = 0
         self._interval = CHECK_EVERY
         self.routes = GREEDY_ROUTING and random is None
-        self.plan = GreedyPlan(joins, initial_fanouts(joins, INITIAL_PLAN_SEED))
+        self.topology = JoinTopology(joins)
+        self.plan = GreedyPlan(
+            joins, initial_fanouts(joins, INITIAL_PLAN_SEED), topology=self.topology
+        )
         self.on_plan_change: Callable[[], None] | None = None
         self._moves: set[tuple[int, int, int]] = set()  # (alias, from, to) done
         self._looked: dict[tuple[int, int, int], int] = {}  # cohort -> admitted then
@@ -499,7 +518,7 @@ class StairMigrator:
             return
         if self.random is not None:
             if self.random.random() < RANDOM_MIGRATION_P:
-                plan = GreedyPlan(self.joins, {}, self.random)
+                plan = GreedyPlan(self.joins, {}, self.random, self.topology)
                 cohorts = self.cohorts(None)
                 if cohorts:
                     self.migrate(cohorts[int(self.random.integers(len(cohorts)))], plan)
@@ -510,7 +529,7 @@ class StairMigrator:
         if admitted - self._checked_at < interval or (admitted < FIRST_CHECK and self._checked_at):
             return
         self._checked_at = admitted
-        plan = GreedyPlan(self.joins, self._fanouts())
+        plan = GreedyPlan(self.joins, self._fanouts(), topology=self.topology)
         if self.routes:
             self.plan = plan
             if self.on_plan_change is not None:
@@ -535,25 +554,27 @@ class StairMigrator:
         grew by a quarter (stages, not a check every ``CHECK_EVERY``). With no plan
         (``self.random``): a random part of each cohort, to a random other join."""
         out = []
-        for a in self.graph.aliases:
-            alias, span = a.index, 1 << a.index
-            options = [d for d, j in self.joins.items() if alias in (j.edge.left, j.edge.right)]
+        # Only an alias with more than one join has a routing decision to undo; the
+        # cheap tests (same join, looked at lately, not better enough) come first.
+        for alias, options in self.topology.choosing:
+            span = 1 << alias
             for d in options:
                 if plan is None:
                     others = [o for o in options if o != d]
-                    target = others[int(self.random.integers(len(others)))] if others else d
+                    target = others[int(self.random.integers(len(others)))]
                 else:
                     target = plan.choice(span)
-                    worse = plan.cumulative(span, target) >= (
-                        1 - MIGRATION_MARGIN
-                    ) * plan.cumulative(span, d)
+                    if target == d:
+                        continue
                     key = (alias, d, target)
-                    if worse or admitted < 1.25 * self._looked.get(key, 0):
+                    if admitted < 1.25 * self._looked.get(key, 0) or plan.cumulative(
+                        span, target
+                    ) >= (1 - MIGRATION_MARGIN) * plan.cumulative(span, d):
                         continue
                     self._looked[key] = admitted
-                batches = self.joins[d].stairs[alias].batches(span)
-                if target == d or not batches:
+                if not self.joins[d].stairs[alias].count(span):
                     continue
+                batches = self.joins[d].stairs[alias].batches(span)
                 ids = np.sort(np.concatenate([b.rows[alias] for b in batches]), kind="stable")
                 cohort = Cohort(alias, d, target, ids)
                 if plan is None:
