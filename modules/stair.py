@@ -78,12 +78,40 @@ class _Group:
         )
 
 
+def _dense(values: np.ndarray, sorted_ids: np.ndarray) -> int:
+    """The length of a dense table over row ids ``0..max(sorted_ids)`` when one is cheap
+    (at most ``DENSE_FACTOR`` × the elements looked at: row ids are positions in a table
+    store, so usually), else 0. A dense lookup is one gather; a binary search of
+    unsorted values misses the cache at every step (~50× slower on 1.5M values)."""
+    n = int(sorted_ids[-1]) + 1 if len(sorted_ids) else 0
+    return n if 0 < n <= DENSE_FACTOR * (len(values) + len(sorted_ids)) else 0
+
+
 def _among(values: np.ndarray, sorted_ids: np.ndarray) -> np.ndarray:
-    """Mask of ``values`` found in ``sorted_ids`` (binary search, vectorized)."""
+    """Mask of ``values`` (row ids, ≥ 0) found in ``sorted_ids`` (vectorized)."""
     if not len(sorted_ids) or not len(values):
         return np.zeros(len(values), dtype=bool)
+    n = _dense(values, sorted_ids)
+    if n:
+        table = np.zeros(n, dtype=bool)
+        table[sorted_ids] = True
+        inside = values < n
+        if inside.all():
+            return table[values]
+        out = np.zeros(len(values), dtype=bool)
+        out[inside] = table[values[inside]]
+        return out
     pos = np.minimum(np.searchsorted(sorted_ids, values), len(sorted_ids) - 1)
     return sorted_ids[pos] == values
+
+
+def _occurrences(values: np.ndarray, sorted_ids: np.ndarray) -> np.ndarray:
+    """Per id of ``sorted_ids`` (unique), how many of ``values`` (row ids) equal it."""
+    n = _dense(values, sorted_ids)
+    if n:
+        return np.bincount(values[values < n], minlength=n)[sorted_ids]
+    hit = values[_among(values, sorted_ids)]
+    return np.bincount(np.searchsorted(sorted_ids, hit), minlength=len(sorted_ids))
 
 
 class Stair:
@@ -331,6 +359,9 @@ RANDOM_MIGRATION_P = 0.5
 #: under random fan-outs, 0.01-100 log-uniform per join side: "the initial plan ... chosen
 #: randomly", stairs-2004 §5.3); None: every fan-out 1 (ties to the lower join id).
 INITIAL_PLAN_SEED: int | None = None
+#: Membership tests of row ids (demotions, the guard) use a dense table over the ids when
+#: it is at most this many times the elements looked at, else a binary search.
+DENSE_FACTOR = 8
 #: The greedy policy's hysteresis (§4.2, thrashing): a cohort is a candidate only when
 #: its new join's cumulative selectivity is at least this fraction below its old one's.
 MIGRATION_MARGIN = 0.2
@@ -653,10 +684,8 @@ class StairMigrator:
         for j in self.joins.values():
             for s in j.stairs.values():
                 for sig, g in s.groups.items():
-                    if sig.span >> alias & 1 and sig.span != 1 << alias:
-                        comp = g.rows[alias].view()
-                        hit = _among(comp, ids)
-                        made += np.bincount(np.searchsorted(ids, comp[hit]), minlength=len(ids))
+                    if sig.span >> alias & 1 and sig.span != 1 << alias and len(g):
+                        made += _occurrences(g.rows[alias].view(), ids)
         return made
 
     def _fanouts(self) -> dict[tuple[int, int], float]:

@@ -629,3 +629,26 @@ def test_sorted_run_index_without_equals_a_fresh_index(seed):
         return sorted(zip(p.tolist(), pos.tolist(), strict=True))
 
     assert pairs(index.without(dead)) == pairs(fresh)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    values=st.lists(st.integers(0, 60), max_size=80),
+    ids=st.sets(st.integers(0, 60), max_size=30),
+    factor=st.sampled_from([0, 1, 8, 1000]),
+)
+def test_row_id_membership_dense_or_binary_search(values, ids, factor):
+    """The guard's and demotion's row-id tests (stair._among, stair._occurrences) equal
+    numpy's isin and a count, whether through a dense table or a binary search."""
+    import numpy as np
+
+    saved = stair.DENSE_FACTOR
+    stair.DENSE_FACTOR = factor
+    try:
+        v = np.asarray(values, dtype=np.int64)
+        s = np.asarray(sorted(ids), dtype=np.int64)
+        assert (stair._among(v, s) == np.isin(v, s)).all()
+        counts = collections.Counter(values)
+        assert stair._occurrences(v, s).tolist() == [counts[i] for i in sorted(ids)]
+    finally:
+        stair.DENSE_FACTOR = saved
