@@ -21,6 +21,14 @@ plans (the ``static`` policy over EddyJoins, the paper's SHJ). Sections (``--sec
   fan-outs, rates and initial delays; the ratio of STAIRs' work to each other technique's
   per setup, sorted, plotted to ``bench/out/stairs_fig8.png``.
 
+Routing among the joins (``--join-routing``): ``greedy`` (default) routes STAIRs and
+EddyJoins alike by the cumulative-selectivity plan of §4.1, recomputed every 1000
+tuples, as every experiment of the paper does (``stair.GREEDY_ROUTING``; SMs, and SteMs,
+by ``--policy``: SteMs' own greedy rule of §4.1 is not built); Fig. 8 starts both from
+the same random plan (§5.3, ``stair.INITIAL_PLAN_SEED``). ``policy`` routes the joins by
+``--policy``. §5.4 shows both. Timed runs are garbage collected first and their repeats
+taken in turns.
+
 Every run's result is checked against DuckDB's. The work of a run is counted, not timed:
 **work** = the tuples it handled: base tuples read, intermediate tuples made (tuples out
 of every SteM probe or STAIR join) and the tuples a migration inserted (base tuples
@@ -111,6 +119,18 @@ def row(label, run, wall, cpu, base: int) -> list[str]:
 HEAD = ["run", "wall ms", "CPU ms", "join tuples out", "migrations", "moved", "demoted", "work"]
 
 
+def routed(sql: str, cat: Catalog, kw: dict):
+    """run_query with ``kw``; its ``greedy`` key (default: ``stair.GREEDY_ROUTING`` as
+    set) makes STAIRs and EddyJoins route among the joins by the §4.1 plan."""
+    kw = dict(kw)
+    saved = stair.GREEDY_ROUTING
+    stair.GREEDY_ROUTING = kw.pop("greedy", saved)
+    try:
+        return run_query(sql, cat, **kw)
+    finally:
+        stair.GREEDY_ROUTING = saved
+
+
 def run_set(sql, cat, runs: dict, expected: int, repeat: int, base: int):
     """Run each ``label -> kwargs`` of ``runs``; check the count; (rows, results).
     ``base``: the base tuples every run reads."""
@@ -119,7 +139,7 @@ def run_set(sql, cat, runs: dict, expected: int, repeat: int, base: int):
     # every technique alike; each keeps its lowest-CPU repeat.
     for _ in range(max(1, repeat)):
         for label, kw in runs.items():
-            run, wall, cpu = timed(lambda kw=kw: run_query(sql, cat, **kw))
+            run, wall, cpu = timed(lambda kw=kw: routed(sql, cat, kw))
             got = run.table.column(0)[0].as_py()
             if got != expected:
                 raise SystemExit(f"{label}: {got} rows, DuckDB {expected}")
@@ -139,7 +159,16 @@ def section_54(args) -> None:
     runs = {}
     for js in ("stems", "eddyjoins", "stairs"):
         for p in args.policies.split(","):
-            runs[f"{js} {p}"] = {"policy": p, "join_state": js, **opts}
+            # the policies' own routing among the joins, to compare them ...
+            runs[f"{js} {p}"] = {"policy": p, "join_state": js, "greedy": False, **opts}
+        if js != "stems" and args.join_routing == "greedy":
+            # ... and the paper's (§4.1)
+            runs[f"{js} greedy plan"] = {
+                "policy": args.policy,
+                "join_state": js,
+                "greedy": True,
+                **opts,
+            }
     for label, order in (
         ("static: S to R⋈S first", ("join:r-s", "join:s-t")),
         ("static: S to S⋈T first", ("join:s-t", "join:r-s")),
@@ -160,10 +189,13 @@ def section_54(args) -> None:
         (v for k, v in results.items() if k.startswith("static")),
         key=lambda v: work(v[0].stats, base),
     )
-    for p in args.policies.split(","):
-        run, _, cpu = results[f"stairs {p}"]
+    labels = [f"stairs {p}" for p in args.policies.split(",")]
+    for label in [*labels, "stairs greedy plan"]:
+        if label not in results:
+            continue
+        run, _, cpu = results[label]
         console.print(
-            f"§5.4 target (STAIRs faster than the best static plan), stairs {p}: work "
+            f"§5.4 target (STAIRs faster than the best static plan), {label}: work "
             f"{work(run.stats, base) / work(best[0].stats, base):.2f}× best static "
             f"({join_work(run.stats) + moved(run.stats):,} vs {join_work(best[0].stats):,} "
             "intermediate tuples), CPU "
@@ -467,7 +499,7 @@ def main(argv: list[str] | None = None) -> int:
         "all the paper's experiments do (SMs, and SteMs, by the policy), or by the policy",
     )
     args = ap.parse_args(argv)
-    stair.GREEDY_ROUTING = args.join_routing == "greedy"
+    stair.GREEDY_ROUTING = args.join_routing == "greedy"  # Fig. 7 and 8
     sections = set(args.sections.split(","))
     if "5.4" in sections:
         section_54(args)
