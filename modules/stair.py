@@ -216,6 +216,32 @@ class Stair:
         self.groups = {s: g for s, g in self.groups.items() if s.span != span}
         return out
 
+    def match_counts(
+        self,
+        keys: np.ndarray,
+        codes: list[np.ndarray],
+        valid: np.ndarray | None,
+        skip: Callable[[Signature], bool] | None = None,
+    ) -> np.ndarray:
+        """Per probe key, how many stored tuples :meth:`probe` would match (int64), without
+        gathering them (a single-column key needs no check per match)."""
+        if len(codes) > 1:
+            total = np.zeros(len(keys), dtype=np.int64)
+            for _, probe_idx, _ in self.probe(keys, codes, valid, skip):
+                total += np.bincount(probe_idx, minlength=len(keys))
+            return total
+        live = None if valid is None else np.flatnonzero(valid)
+        probe_keys = keys if live is None else keys[live]
+        counts = np.zeros(len(probe_keys), dtype=np.int64)
+        for sig, group in self.groups.items():
+            if len(group) and len(probe_keys) and (skip is None or not skip(sig)):
+                counts += group.index.counts(probe_keys)
+        if live is None:
+            return counts
+        total = np.zeros(len(keys), dtype=np.int64)
+        total[live] = counts
+        return total
+
     def probe(
         self,
         keys: np.ndarray,
@@ -656,11 +682,7 @@ class StairMigrator:
         everything = self.graph.all_aliases
         dual = join.stairs[join.edge.other(alias)]
         keys, codes, valid = join.keys_of(batch, alias, grow=False)
-        promised = np.zeros(len(cand), dtype=np.int64)
-        for _, probe_idx, _ in dual.probe(
-            keys, codes, valid, lambda s: s.span | sig.span == everything
-        ):
-            promised += np.bincount(probe_idx, minlength=len(cand))
+        promised = dual.match_counts(keys, codes, valid, lambda s: s.span | sig.span == everything)
         go = np.maximum(promised * ahead, spread(cohort.target))
         gain = stay[hopeful] - go - (1 + promised)
         moving = gain > 0

@@ -22,7 +22,7 @@ import re
 
 import pyarrow as pa
 import pytest
-from hypothesis import given, reject, settings
+from hypothesis import example, given, reject, settings
 from hypothesis import strategies as st
 from oracle import assert_same_bag, assert_same_ordered, duckdb_table, make_catalog
 from test_differential import scenarios
@@ -652,3 +652,50 @@ def test_row_id_membership_dense_or_binary_search(values, ids, factor):
         assert stair._occurrences(v, s).tolist() == [counts[i] for i in sorted(ids)]
     finally:
         stair.DENSE_FACTOR = saved
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    stored=st.lists(
+        st.tuples(st.integers(0, 2), st.integers(0, 4), st.integers(0, 2), st.booleans()),
+        max_size=40,
+    ),
+    probes=st.lists(st.tuples(st.integers(0, 5), st.integers(0, 2), st.booleans()), max_size=30),
+    columns=st.sampled_from([1, 2]),
+    skip_span=st.sampled_from([None, 1, 3]),
+)
+@example(stored=[(0, 1, 0, True), (1, 1, 0, True)], probes=[(1, 0, True)], columns=1, skip_span=1)
+@example(stored=[(0, 4, 1, True), (2, 1, 1, True)], probes=[(4, 1, True)], columns=2, skip_span=1)
+def test_stair_match_counts_equal_the_probe(stored, probes, columns, skip_span):
+    """Stair.match_counts (the guard's count of a cohort's partners at its target) equals
+    the per-key count of Stair.probe's matches: several stored signatures, NULL keys
+    (not valid), single- and two-column keys (mixed keys that collide, checked per
+    column), a skipped signature."""
+    import numpy as np
+
+    from eddies.router.tuple_batch import Signature, TupleBatch
+
+    s = stair.Stair(0, ("a", "b")[:columns], "r.a")
+    for group in range(3):
+        rows = [r for r in stored if r[0] == group]
+        if not rows:
+            continue
+        sig = Signature(1 | (group << 1), 0, True)
+        ids = np.arange(len(rows), dtype=np.int64)
+        batch = TupleBatch(sig, {a: ids for a in range(3) if sig.span >> a & 1}, ids * 0)
+        first = np.asarray([r[1] for r in rows], dtype=np.int64)
+        second = np.asarray([r[2] for r in rows], dtype=np.int64)
+        codes = [first, second][:columns]
+        keys = first if columns == 1 else first % 3  # mixed keys collide on purpose
+        valid = np.asarray([r[3] for r in rows]) if any(not r[3] for r in rows) else None
+        s.insert(batch, keys, codes, valid)
+    first = np.asarray([p[0] for p in probes], dtype=np.int64)
+    second = np.asarray([p[1] for p in probes], dtype=np.int64)
+    codes = [first, second][:columns]
+    keys = first if columns == 1 else first % 3
+    valid = np.asarray([p[2] for p in probes], dtype=bool) if probes else None
+    skip = None if skip_span is None else (lambda sig: sig.span == skip_span)
+    expected = np.zeros(len(probes), dtype=np.int64)
+    for _, probe_idx, _ in s.probe(keys, codes, valid, skip):
+        expected += np.bincount(probe_idx, minlength=len(probes))
+    assert s.match_counts(keys, codes, valid, skip).tolist() == expected.tolist()
