@@ -375,6 +375,11 @@ GREEDY_ROUTING = False
 #: of making one intermediate tuple (a migration scans every stored tuple holding the
 #: cohort's relation to demote).
 SCAN_COST = 0.02
+#: ... and a migration itself as costing this many intermediate tuples: whatever it
+#: moves, it rebuilds the groups holding the relation and routes the cohort and its
+#: results through the joins in a few eddy visits (bench/README.md, Fig. 8: 3-5 small
+#: migrations of 100-650 tuples cost STAIRs 1.1-1.4× EddyJoins' CPU).
+MIGRATION_COST = 1000
 #: Tests: a seed forces migrations — at each point of stasis, with probability
 #: ``RANDOM_MIGRATION_P``, a random cohort moves to a random other join, its
 #: intermediate results routed by random choices (state migration at arbitrary points
@@ -696,7 +701,7 @@ class StairMigrator:
             for sig, g in s.groups.items()
             if sig.span >> alias & 1
         )
-        if gain[moving].sum() < SCAN_COST * scanned:
+        if gain[moving].sum() < SCAN_COST * scanned + MIGRATION_COST:
             return ids[:0]
         return cand[moving]
 

@@ -35,17 +35,31 @@ MAX_EXAMPLES = int(os.environ.get("EDDIES_STAIRS_EXAMPLES", "10"))
 
 
 @contextlib.contextmanager
-def migrating(check_every: int = 1, random_seed: int | None = None, p: float = 0.5):
+def migrating(
+    check_every: int = 1, random_seed: int | None = None, p: float = 0.5, cost: float = 0
+):
     """STAIR state migration checked at every point of stasis (instead of every 1000
     tuples), by the greedy policy or, with ``random_seed``, forced: from a random initial
-    plan to random plans at random points of stasis (each with probability ``p``)."""
-    saved = stair.CHECK_EVERY, stair.RANDOM_PLANS_SEED, stair.RANDOM_MIGRATION_P
+    plan to random plans at random points of stasis (each with probability ``p``). The
+    guard counts a migration as ``cost`` intermediate tuples (0: the small tables here
+    migrate, so that the tests exercise migrations)."""
+    saved = (
+        stair.CHECK_EVERY,
+        stair.RANDOM_PLANS_SEED,
+        stair.RANDOM_MIGRATION_P,
+        stair.MIGRATION_COST,
+    )
     stair.CHECK_EVERY, stair.RANDOM_PLANS_SEED = check_every, random_seed
-    stair.RANDOM_MIGRATION_P = p
+    stair.RANDOM_MIGRATION_P, stair.MIGRATION_COST = p, cost
     try:
         yield
     finally:
-        stair.CHECK_EVERY, stair.RANDOM_PLANS_SEED, stair.RANDOM_MIGRATION_P = saved
+        (
+            stair.CHECK_EVERY,
+            stair.RANDOM_PLANS_SEED,
+            stair.RANDOM_MIGRATION_P,
+            stair.MIGRATION_COST,
+        ) = saved
 
 
 #: (join_state, migration seed, greedy routing): EddyJoins; STAIRs migrating greedily;
@@ -481,13 +495,16 @@ def test_random_migrations_give_every_result_once(seed):
     assert got == want
 
 
-def test_migration_moves_only_the_cohort_tuples_that_pay():
+def test_migration_moves_only_the_cohort_tuples_that_pay(monkeypatch):
     """stairs-2004 Figure 6: R ⋈ S ⋈ T with S tuples sent to R ⋈ S (the cohort S^R); the
     plan now sends S to S ⋈ T. The guard keeps the s tuples that made no RS tuple (s2)
     where they are; the others are relocated from S.a to S.b, their RS tuples in S.b
     demoted, and they are promoted through T.b to ST tuples in S.a. R, T and the s tuple
-    routed to S ⋈ T stay put. With nothing left to come, nothing pays."""
+    routed to S ⋈ T stay put. With nothing left to come, nothing pays; nor does it when
+    a migration's own cost (MIGRATION_COST) exceeds what the cohort saves."""
     from eddies.modules.stair import GreedyPlan, StairMigrator
+
+    monkeypatch.setattr(stair, "MIGRATION_COST", 0)
     from eddies.router.stats import RunStats
 
     tables = {
@@ -510,6 +527,10 @@ def test_migration_moves_only_the_cohort_tuples_that_pay():
     r_stair = joins[rs].stairs[r].groups.copy()
     greedy = GreedyPlan(joins, {(rs, s): 5.0, (st_, s): 0.5})
     assert migrator.cohorts(greedy, admitted=10) == []  # nothing left to come
+    migrator._looked.clear()
+    monkeypatch.setattr(stair, "MIGRATION_COST", 1000)
+    assert migrator.cohorts(greedy, admitted=1) == []  # saves a few tuples only
+    monkeypatch.setattr(stair, "MIGRATION_COST", 0)
     migrator._looked.clear()
     (cohort,) = migrator.cohorts(greedy, admitted=1)  # 9 rows to come per one admitted
     assert (cohort.alias, cohort.source, cohort.target) == (s, rs, st_)
