@@ -23,6 +23,7 @@ from eddies.engine.errors import UnsupportedQueryError
 from eddies.engine.options import RunOptions
 from eddies.engine.planner import Plan
 from eddies.engine.scan_filters import pushing, scan_filter_pushes
+from eddies.modules import stair as stair_module
 from eddies.modules.base import Module, process_inline
 from eddies.modules.index_am import IndexAM
 from eddies.modules.join_step import JoinStepModule
@@ -148,11 +149,23 @@ def lower(
         if d.kind is DestinationKind.JOIN:  # STAIRs (eddies.engine.join_state)
             joins[d.id] = StairJoin(d.name, graph.predicates[d.predicate], stores, names)
             modules[d.module] = joins[d.id]
+    # STAIRs migrate; EddyJoins get a (non-migrating) migrator only to route by the
+    # greedy plan of stairs-2004 §4.1 as the paper's do (stair.GREEDY_ROUTING), unless
+    # the static policy fixes the join order (the paper's SHJ plans).
     migrator = (
         StairMigrator(
-            joins, graph, stats, totals={a: st.preloaded_rows for a, st in stores.items()}
+            joins,
+            graph,
+            stats,
+            totals={a: st.preloaded_rows for a, st in stores.items()},
+            migrates=plan.join_state == "stairs",
         )
         if plan.join_state == "stairs"
+        or (
+            plan.join_state == "eddyjoins"
+            and stair_module.GREEDY_ROUTING
+            and options.policy != "static"
+        )
         else None
     )
     for p in graph.predicates:

@@ -78,12 +78,40 @@ class _Group:
         )
 
 
+def _dense(values: np.ndarray, sorted_ids: np.ndarray) -> int:
+    """The length of a dense table over row ids ``0..max(sorted_ids)`` when one is cheap
+    (at most ``DENSE_FACTOR`` × the elements looked at: row ids are positions in a table
+    store, so usually), else 0. A dense lookup is one gather; a binary search of
+    unsorted values misses the cache at every step (~50× slower on 1.5M values)."""
+    n = int(sorted_ids[-1]) + 1 if len(sorted_ids) else 0
+    return n if 0 < n <= DENSE_FACTOR * (len(values) + len(sorted_ids)) else 0
+
+
 def _among(values: np.ndarray, sorted_ids: np.ndarray) -> np.ndarray:
-    """Mask of ``values`` found in ``sorted_ids`` (binary search, vectorized)."""
+    """Mask of ``values`` (row ids, ≥ 0) found in ``sorted_ids`` (vectorized)."""
     if not len(sorted_ids) or not len(values):
         return np.zeros(len(values), dtype=bool)
+    n = _dense(values, sorted_ids)
+    if n:
+        table = np.zeros(n, dtype=bool)
+        table[sorted_ids] = True
+        inside = values < n
+        if inside.all():
+            return table[values]
+        out = np.zeros(len(values), dtype=bool)
+        out[inside] = table[values[inside]]
+        return out
     pos = np.minimum(np.searchsorted(sorted_ids, values), len(sorted_ids) - 1)
     return sorted_ids[pos] == values
+
+
+def _occurrences(values: np.ndarray, sorted_ids: np.ndarray) -> np.ndarray:
+    """Per id of ``sorted_ids`` (unique), how many of ``values`` (row ids) equal it."""
+    n = _dense(values, sorted_ids)
+    if n:
+        return np.bincount(values[values < n], minlength=n)[sorted_ids]
+    hit = values[_among(values, sorted_ids)]
+    return np.bincount(np.searchsorted(sorted_ids, hit), minlength=len(sorted_ids))
 
 
 class Stair:
@@ -187,6 +215,32 @@ class Stair:
         out = self.batches(span)
         self.groups = {s: g for s, g in self.groups.items() if s.span != span}
         return out
+
+    def match_counts(
+        self,
+        keys: np.ndarray,
+        codes: list[np.ndarray],
+        valid: np.ndarray | None,
+        skip: Callable[[Signature], bool] | None = None,
+    ) -> np.ndarray:
+        """Per probe key, how many stored tuples :meth:`probe` would match (int64), without
+        gathering them (a single-column key needs no check per match)."""
+        if len(codes) > 1:
+            total = np.zeros(len(keys), dtype=np.int64)
+            for _, probe_idx, _ in self.probe(keys, codes, valid, skip):
+                total += np.bincount(probe_idx, minlength=len(keys))
+            return total
+        live = None if valid is None else np.flatnonzero(valid)
+        probe_keys = keys if live is None else keys[live]
+        counts = np.zeros(len(probe_keys), dtype=np.int64)
+        for sig, group in self.groups.items():
+            if len(group) and len(probe_keys) and (skip is None or not skip(sig)):
+                counts += group.index.counts(probe_keys)
+        if live is None:
+            return counts
+        total = np.zeros(len(keys), dtype=np.int64)
+        total[live] = counts
+        return total
 
     def probe(
         self,
@@ -311,21 +365,34 @@ CHECK_EVERY = 1000
 #: many admitted source tuples (bench/stairs.py, Fig. 7(ii): the cost of state
 #: migration as the first change of the early routing decisions is delayed).
 FIRST_CHECK = 0
-#: True: join_state="stairs" routes tuples among the joins by the greedy plan of §4.1, as
-#: the paper's STAIRs do (the policy still orders SMs and the join). False (default): the
-#: policy routes, as with EddyJoins, and the migrator moves the cohorts it misrouted — on
+#: True: join_state="stairs" and "eddyjoins" route tuples among the joins by the greedy
+#: plan of §4.1, as the paper's STAIRs and EddyJoins do (the policy still orders SMs and
+#: the join; EddyJoins re-plan at the same checks but never migrate). False (default):
+#: the policy routes, and the migrator moves the cohorts it misrouted — on
 #: bench/stairs.py this made 4-14× fewer intermediate tuples than greedy routing.
 GREEDY_ROUTING = False
 #: The guard counts a vectorized scan over one stored tuple as this fraction of the cost
 #: of making one intermediate tuple (a migration scans every stored tuple holding the
 #: cohort's relation to demote).
 SCAN_COST = 0.02
+#: ... and a migration itself as costing this many intermediate tuples: whatever it
+#: moves, it rebuilds the groups holding the relation and routes the cohort and its
+#: results through the joins in a few eddy visits (bench/README.md, Fig. 8: 3-5 small
+#: migrations of 100-650 tuples cost STAIRs 1.1-1.4× EddyJoins' CPU).
+MIGRATION_COST = 1000
 #: Tests: a seed forces migrations — at each point of stasis, with probability
 #: ``RANDOM_MIGRATION_P``, a random cohort moves to a random other join, its
 #: intermediate results routed by random choices (state migration at arbitrary points
 #: and to arbitrary plans must still give every result exactly once); None: greedy.
 RANDOM_PLANS_SEED: int | None = None
 RANDOM_MIGRATION_P = 0.5
+#: Greedy routing: a seed draws the plan used before the first check (the greedy plan
+#: under random fan-outs, 0.01-100 log-uniform per join side: "the initial plan ... chosen
+#: randomly", stairs-2004 §5.3); None: every fan-out 1 (ties to the lower join id).
+INITIAL_PLAN_SEED: int | None = None
+#: Membership tests of row ids (demotions, the guard) use a dense table over the ids when
+#: it is at most this many times the elements looked at, else a binary search.
+DENSE_FACTOR = 8
 #: The greedy policy's hysteresis (§4.2, thrashing): a cohort is a candidate only when
 #: its new join's cumulative selectivity is at least this fraction below its old one's.
 MIGRATION_MARGIN = 0.2
@@ -350,10 +417,12 @@ class GreedyPlan:
         joins: dict[int, StairJoin],
         fanout: dict[tuple[int, int], float],
         random: np.random.Generator | None = None,
+        topology: JoinTopology | None = None,
     ) -> None:
         self.joins = joins
         self.fanout = fanout
         self.random = random
+        self.topology = topology or JoinTopology(joins)
         self._choices: dict[int, int] = {}
         self._cumulative: dict[tuple[int, int], float] = {}
 
@@ -365,11 +434,7 @@ class GreedyPlan:
 
     def boundary(self, span: int) -> list[int]:
         """Joins with exactly one side in ``span``."""
-        return [
-            d
-            for d, j in self.joins.items()
-            if (span >> j.edge.left & 1) != (span >> j.edge.right & 1)
-        ]
+        return [d for d, (a, b) in self.topology.ends.items() if (span >> a & 1) != (span >> b & 1)]
 
     def _choose(self, span: int) -> int:
         options = self.boundary(span)
@@ -385,18 +450,50 @@ class GreedyPlan:
         return found
 
     def _cumulate(self, span: int, d: int) -> float:
+        ends, at = self.topology.ends, self.topology.at
+        left, right = ends[d]
         total = 1.0
-        frontier = [(d, self.joins[d].side_of(span))]
+        frontier = [(d, left if span >> left & 1 else right)]
         seen = {d}
         while frontier:
             join, near = frontier.pop()
             total *= self.fanout.get((join, near), 1.0)
-            far = self.joins[join].edge.other(near)
-            for other, j in self.joins.items():
-                if other not in seen and far in (j.edge.left, j.edge.right):
+            a, b = ends[join]
+            far = b if near == a else a
+            for other in at[far]:
+                if other not in seen:
                     seen.add(other)
                     frontier.append((other, far))
         return total
+
+
+class JoinTopology:
+    """The spanning tree's joins, computed once per query for the checks: ``ends[d]``
+    the two aliases of join ``d``; ``at[alias]`` the joins touching ``alias``;
+    ``choosing``: ``(alias, its joins)`` for the aliases with more than one join (only
+    those have a routing decision, hence cohorts that may move)."""
+
+    def __init__(self, joins: dict[int, StairJoin]) -> None:
+        self.ends = {d: (j.edge.left, j.edge.right) for d, j in joins.items()}
+        self.at: dict[int, list[int]] = {}
+        for d, (a, b) in self.ends.items():
+            self.at.setdefault(a, []).append(d)
+            self.at.setdefault(b, []).append(d)
+        self.choosing = [(a, ds) for a, ds in sorted(self.at.items()) if len(ds) > 1]
+
+
+def initial_fanouts(joins: dict[int, StairJoin], seed: int | None) -> dict[tuple[int, int], float]:
+    """Fan-outs per (join, side) for the plan before the first check: {} (all 1) without
+    ``seed``, else drawn log-uniform in 0.01-100 (a random plan, the same for every
+    technique given the seed: it depends on the joins only)."""
+    if seed is None:
+        return {}
+    rng = np.random.default_rng(seed)
+    return {
+        (d, side): float(10 ** rng.uniform(-2, 2))
+        for d in sorted(joins)
+        for side in (joins[d].edge.left, joins[d].edge.right)
+    }
 
 
 @dataclass
@@ -445,6 +542,8 @@ class StairMigrator:
     cohort tuple would be stored after its demotion), as in the paper's App. A.
 
     ``totals``: rows per alias when known (in-memory tables), for the input to come.
+    ``migrates=False``: EddyJoins under greedy routing — the same plans at the same
+    checks, no state migration (the paper's baseline, stairs-2004 §4.1, §5).
     """
 
     def __init__(
@@ -454,18 +553,23 @@ class StairMigrator:
         stats: RunStats,
         random: np.random.Generator | None = None,
         totals: dict[int, int | None] | None = None,
+        migrates: bool = True,
     ) -> None:
         self.joins = joins
+        self.migrates = migrates
         self.graph = graph
         self.stats = stats
-        if random is None and RANDOM_PLANS_SEED is not None:
+        if random is None and RANDOM_PLANS_SEED is not None and migrates:
             random = np.random.default_rng(RANDOM_PLANS_SEED)
         self.random = random
         self.totals = totals or {}
         self._checked_at = 0
         self._interval = CHECK_EVERY
         self.routes = GREEDY_ROUTING and random is None
-        self.plan = GreedyPlan(joins, {})
+        self.topology = JoinTopology(joins)
+        self.plan = GreedyPlan(
+            joins, initial_fanouts(joins, INITIAL_PLAN_SEED), topology=self.topology
+        )
         self.on_plan_change: Callable[[], None] | None = None
         self._moves: set[tuple[int, int, int]] = set()  # (alias, from, to) done
         self._looked: dict[tuple[int, int, int], int] = {}  # cohort -> admitted then
@@ -476,7 +580,7 @@ class StairMigrator:
             return
         if self.random is not None:
             if self.random.random() < RANDOM_MIGRATION_P:
-                plan = GreedyPlan(self.joins, {}, self.random)
+                plan = GreedyPlan(self.joins, {}, self.random, self.topology)
                 cohorts = self.cohorts(None)
                 if cohorts:
                     self.migrate(cohorts[int(self.random.integers(len(cohorts)))], plan)
@@ -487,11 +591,13 @@ class StairMigrator:
         if admitted - self._checked_at < interval or (admitted < FIRST_CHECK and self._checked_at):
             return
         self._checked_at = admitted
-        plan = GreedyPlan(self.joins, self._fanouts())
+        plan = GreedyPlan(self.joins, self._fanouts(), topology=self.topology)
         if self.routes:
             self.plan = plan
             if self.on_plan_change is not None:
                 self.on_plan_change()
+        if not self.migrates:
+            return
         for cohort in self.cohorts(plan, admitted):
             if (cohort.alias, cohort.target, cohort.source) in self._moves:
                 self._interval *= 2  # moving back: a sign of thrashing, back off
@@ -510,25 +616,27 @@ class StairMigrator:
         grew by a quarter (stages, not a check every ``CHECK_EVERY``). With no plan
         (``self.random``): a random part of each cohort, to a random other join."""
         out = []
-        for a in self.graph.aliases:
-            alias, span = a.index, 1 << a.index
-            options = [d for d, j in self.joins.items() if alias in (j.edge.left, j.edge.right)]
+        # Only an alias with more than one join has a routing decision to undo; the
+        # cheap tests (same join, looked at lately, not better enough) come first.
+        for alias, options in self.topology.choosing:
+            span = 1 << alias
             for d in options:
                 if plan is None:
                     others = [o for o in options if o != d]
-                    target = others[int(self.random.integers(len(others)))] if others else d
+                    target = others[int(self.random.integers(len(others)))]
                 else:
                     target = plan.choice(span)
-                    worse = plan.cumulative(span, target) >= (
-                        1 - MIGRATION_MARGIN
-                    ) * plan.cumulative(span, d)
+                    if target == d:
+                        continue
                     key = (alias, d, target)
-                    if worse or admitted < 1.25 * self._looked.get(key, 0):
+                    if admitted < 1.25 * self._looked.get(key, 0) or plan.cumulative(
+                        span, target
+                    ) >= (1 - MIGRATION_MARGIN) * plan.cumulative(span, d):
                         continue
                     self._looked[key] = admitted
-                batches = self.joins[d].stairs[alias].batches(span)
-                if target == d or not batches:
+                if not self.joins[d].stairs[alias].count(span):
                     continue
+                batches = self.joins[d].stairs[alias].batches(span)
                 ids = np.sort(np.concatenate([b.rows[alias] for b in batches]), kind="stable")
                 cohort = Cohort(alias, d, target, ids)
                 if plan is None:
@@ -579,11 +687,7 @@ class StairMigrator:
         everything = self.graph.all_aliases
         dual = join.stairs[join.edge.other(alias)]
         keys, codes, valid = join.keys_of(batch, alias, grow=False)
-        promised = np.zeros(len(cand), dtype=np.int64)
-        for _, probe_idx, _ in dual.probe(
-            keys, codes, valid, lambda s: s.span | sig.span == everything
-        ):
-            promised += np.bincount(probe_idx, minlength=len(cand))
+        promised = dual.match_counts(keys, codes, valid, lambda s: s.span | sig.span == everything)
         go = np.maximum(promised * ahead, spread(cohort.target))
         gain = stay[hopeful] - go - (1 + promised)
         moving = gain > 0
@@ -597,7 +701,7 @@ class StairMigrator:
             for sig, g in s.groups.items()
             if sig.span >> alias & 1
         )
-        if gain[moving].sum() < SCAN_COST * scanned:
+        if gain[moving].sum() < SCAN_COST * scanned + MIGRATION_COST:
             return ids[:0]
         return cand[moving]
 
@@ -607,10 +711,8 @@ class StairMigrator:
         for j in self.joins.values():
             for s in j.stairs.values():
                 for sig, g in s.groups.items():
-                    if sig.span >> alias & 1 and sig.span != 1 << alias:
-                        comp = g.rows[alias].view()
-                        hit = _among(comp, ids)
-                        made += np.bincount(np.searchsorted(ids, comp[hit]), minlength=len(ids))
+                    if sig.span >> alias & 1 and sig.span != 1 << alias and len(g):
+                        made += _occurrences(g.rows[alias].view(), ids)
         return made
 
     def _fanouts(self) -> dict[tuple[int, int], float]:

@@ -22,7 +22,7 @@ import re
 
 import pyarrow as pa
 import pytest
-from hypothesis import given, reject, settings
+from hypothesis import example, given, reject, settings
 from hypothesis import strategies as st
 from oracle import assert_same_bag, assert_same_ordered, duckdb_table, make_catalog
 from test_differential import scenarios
@@ -35,27 +35,62 @@ MAX_EXAMPLES = int(os.environ.get("EDDIES_STAIRS_EXAMPLES", "10"))
 
 
 @contextlib.contextmanager
-def migrating(check_every: int = 1, random_seed: int | None = None, p: float = 0.5):
+def migrating(
+    check_every: int = 1, random_seed: int | None = None, p: float = 0.5, cost: float = 0
+):
     """STAIR state migration checked at every point of stasis (instead of every 1000
     tuples), by the greedy policy or, with ``random_seed``, forced: from a random initial
-    plan to random plans at random points of stasis (each with probability ``p``)."""
-    saved = stair.CHECK_EVERY, stair.RANDOM_PLANS_SEED, stair.RANDOM_MIGRATION_P
+    plan to random plans at random points of stasis (each with probability ``p``). The
+    guard counts a migration as ``cost`` intermediate tuples (0: the small tables here
+    migrate, so that the tests exercise migrations)."""
+    saved = (
+        stair.CHECK_EVERY,
+        stair.RANDOM_PLANS_SEED,
+        stair.RANDOM_MIGRATION_P,
+        stair.MIGRATION_COST,
+    )
     stair.CHECK_EVERY, stair.RANDOM_PLANS_SEED = check_every, random_seed
-    stair.RANDOM_MIGRATION_P = p
+    stair.RANDOM_MIGRATION_P, stair.MIGRATION_COST = p, cost
     try:
         yield
     finally:
-        stair.CHECK_EVERY, stair.RANDOM_PLANS_SEED, stair.RANDOM_MIGRATION_P = saved
+        (
+            stair.CHECK_EVERY,
+            stair.RANDOM_PLANS_SEED,
+            stair.RANDOM_MIGRATION_P,
+            stair.MIGRATION_COST,
+        ) = saved
 
 
-#: (join_state, migration seed): EddyJoins; STAIRs migrating greedily; STAIRs migrating to
-#: random plans at every point of stasis.
-MODES = [("eddyjoins", None), ("stairs", None), ("stairs", 11)]
+#: (join_state, migration seed, greedy routing): EddyJoins; STAIRs migrating greedily;
+#: STAIRs migrating to random plans at every point of stasis; then EddyJoins and STAIRs
+#: routing among the joins by the greedy plan of §4.1 (from a random initial plan), as
+#: the paper's do (bench/stairs.py).
+MODES = [
+    ("eddyjoins", None, False),
+    ("stairs", None, False),
+    ("stairs", 11, False),
+    ("eddyjoins", None, True),
+    ("stairs", None, True),
+]
+
+
+@contextlib.contextmanager
+def greedy_routing(on: bool, initial_plan_seed: int | None = 5):
+    """STAIRs and EddyJoins route among the joins by the greedy plan (§4.1) when ``on``,
+    starting from the random plan of ``initial_plan_seed``."""
+    saved = stair.GREEDY_ROUTING, stair.INITIAL_PLAN_SEED
+    stair.GREEDY_ROUTING = on
+    stair.INITIAL_PLAN_SEED = initial_plan_seed if on else None
+    try:
+        yield
+    finally:
+        stair.GREEDY_ROUTING, stair.INITIAL_PLAN_SEED = saved
 
 
 def run_all_policies(sql: str, tables: dict, order_keys=None) -> None:
-    for join_state, seed in MODES:
-        with migrating(random_seed=seed):
+    for join_state, seed, greedy in MODES:
+        with migrating(random_seed=seed), greedy_routing(greedy):
             run_mode(sql, tables, order_keys, join_state, seed)
 
 
@@ -272,6 +307,58 @@ def test_greedy_migration_undoes_a_routing_mistake(greedy_routing, monkeypatch):
     assert made(stats) + stats.stair_promotions < made(runs["eddyjoins"].stats)
 
 
+@pytest.mark.parametrize("initial_plan_seed", [None, 1, 2, 3])
+@pytest.mark.parametrize("batch_size", [1, 7, None])
+def test_eddyjoins_route_by_the_greedy_plan_without_migrating(initial_plan_seed, batch_size):
+    """With greedy routing, EddyJoins follow the §4.1 plan as STAIRs do (the paper's
+    baseline) but never migrate; the static policy keeps its own join order (SHJ plans):
+    both give DuckDB's result, and each initial plan a different routing history."""
+    tables = _tables()
+    sql = "SELECT r.x, t.c, u.y FROM r, s, t, u WHERE r.a = s.a AND s.b = t.b AND t.c = u.c"
+    cat = make_catalog(tables)
+    with greedy_routing(True, initial_plan_seed), migrating(check_every=2):
+        for policy in POLICIES:
+            run = run_query(
+                sql, cat, join_state="eddyjoins", policy=policy, batch_size=batch_size, debug=True
+            )
+            assert_same_bag(run.table, sql, tables, context=f"policy={policy}")
+            assert run.stats.stair_migrations == 0 and run.stats.stair_migrated_tuples == 0
+        for order in (("join:r-s", "join:s-t", "join:t-u"), ("join:t-u", "join:s-t", "join:r-s")):
+            run = run_query(
+                sql,
+                cat,
+                join_state="eddyjoins",
+                policy="static",
+                order=order,
+                batch_size=batch_size,
+            )
+            assert_same_bag(run.table, sql, tables, context=f"order={order}")
+            # the static order, not the greedy plan: the first join of the order takes
+            # every row of its two tables (each's first join in the order) and nothing else
+            first, x, y = order[0], order[0][5], order[0][7]
+            assert run.stats.modules[first].tuples_in == len(tables[x]) + len(tables[y])
+
+
+def test_initial_plan_seed_draws_a_plan_of_the_joins_alone():
+    """The random initial plan (stairs-2004 §5.3) depends on the seed and the joins only,
+    so STAIRs and EddyJoins of one setup start from the same plan; no seed: all 1."""
+    from eddies.modules.stair import GreedyPlan, initial_fanouts
+
+    _, graph, joins = _stair_setup(_tables(), CHAIN)
+    assert initial_fanouts(joins, None) == {}
+    a, b = initial_fanouts(joins, 7), initial_fanouts(joins, 7)
+    assert a == b and len(a) == 2 * len(joins)
+    assert all(0.01 <= f <= 100 for f in a.values())
+    plans = {
+        tuple(
+            GreedyPlan(joins, initial_fanouts(joins, seed)).choice(1 << a.index)
+            for a in graph.aliases
+        )
+        for seed in range(40)
+    }
+    assert len(plans) > 1  # the seeds draw different plans
+
+
 def test_single_table_runs_with_stairs():
     run_all_policies("SELECT r.x FROM r WHERE r.a = 2", _tables())
 
@@ -408,13 +495,16 @@ def test_random_migrations_give_every_result_once(seed):
     assert got == want
 
 
-def test_migration_moves_only_the_cohort_tuples_that_pay():
+def test_migration_moves_only_the_cohort_tuples_that_pay(monkeypatch):
     """stairs-2004 Figure 6: R ⋈ S ⋈ T with S tuples sent to R ⋈ S (the cohort S^R); the
     plan now sends S to S ⋈ T. The guard keeps the s tuples that made no RS tuple (s2)
     where they are; the others are relocated from S.a to S.b, their RS tuples in S.b
     demoted, and they are promoted through T.b to ST tuples in S.a. R, T and the s tuple
-    routed to S ⋈ T stay put. With nothing left to come, nothing pays."""
+    routed to S ⋈ T stay put. With nothing left to come, nothing pays; nor does it when
+    a migration's own cost (MIGRATION_COST) exceeds what the cohort saves."""
     from eddies.modules.stair import GreedyPlan, StairMigrator
+
+    monkeypatch.setattr(stair, "MIGRATION_COST", 0)
     from eddies.router.stats import RunStats
 
     tables = {
@@ -437,6 +527,10 @@ def test_migration_moves_only_the_cohort_tuples_that_pay():
     r_stair = joins[rs].stairs[r].groups.copy()
     greedy = GreedyPlan(joins, {(rs, s): 5.0, (st_, s): 0.5})
     assert migrator.cohorts(greedy, admitted=10) == []  # nothing left to come
+    migrator._looked.clear()
+    monkeypatch.setattr(stair, "MIGRATION_COST", 1000)
+    assert migrator.cohorts(greedy, admitted=1) == []  # saves a few tuples only
+    monkeypatch.setattr(stair, "MIGRATION_COST", 0)
     migrator._looked.clear()
     (cohort,) = migrator.cohorts(greedy, admitted=1)  # 9 rows to come per one admitted
     assert (cohort.alias, cohort.source, cohort.target) == (s, rs, st_)
@@ -556,3 +650,73 @@ def test_sorted_run_index_without_equals_a_fresh_index(seed):
         return sorted(zip(p.tolist(), pos.tolist(), strict=True))
 
     assert pairs(index.without(dead)) == pairs(fresh)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    values=st.lists(st.integers(0, 60), max_size=80),
+    ids=st.sets(st.integers(0, 60), max_size=30),
+    factor=st.sampled_from([0, 1, 8, 1000]),
+)
+def test_row_id_membership_dense_or_binary_search(values, ids, factor):
+    """The guard's and demotion's row-id tests (stair._among, stair._occurrences) equal
+    numpy's isin and a count, whether through a dense table or a binary search."""
+    import numpy as np
+
+    saved = stair.DENSE_FACTOR
+    stair.DENSE_FACTOR = factor
+    try:
+        v = np.asarray(values, dtype=np.int64)
+        s = np.asarray(sorted(ids), dtype=np.int64)
+        assert (stair._among(v, s) == np.isin(v, s)).all()
+        counts = collections.Counter(values)
+        assert stair._occurrences(v, s).tolist() == [counts[i] for i in sorted(ids)]
+    finally:
+        stair.DENSE_FACTOR = saved
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    stored=st.lists(
+        st.tuples(st.integers(0, 2), st.integers(0, 4), st.integers(0, 2), st.booleans()),
+        max_size=40,
+    ),
+    probes=st.lists(st.tuples(st.integers(0, 5), st.integers(0, 2), st.booleans()), max_size=30),
+    columns=st.sampled_from([1, 2]),
+    skip_span=st.sampled_from([None, 1, 3]),
+)
+@example(stored=[(0, 1, 0, True), (1, 1, 0, True)], probes=[(1, 0, True)], columns=1, skip_span=1)
+@example(stored=[(0, 4, 1, True), (2, 1, 1, True)], probes=[(4, 1, True)], columns=2, skip_span=1)
+def test_stair_match_counts_equal_the_probe(stored, probes, columns, skip_span):
+    """Stair.match_counts (the guard's count of a cohort's partners at its target) equals
+    the per-key count of Stair.probe's matches: several stored signatures, NULL keys
+    (not valid), single- and two-column keys (mixed keys that collide, checked per
+    column), a skipped signature."""
+    import numpy as np
+
+    from eddies.router.tuple_batch import Signature, TupleBatch
+
+    s = stair.Stair(0, ("a", "b")[:columns], "r.a")
+    for group in range(3):
+        rows = [r for r in stored if r[0] == group]
+        if not rows:
+            continue
+        sig = Signature(1 | (group << 1), 0, True)
+        ids = np.arange(len(rows), dtype=np.int64)
+        batch = TupleBatch(sig, {a: ids for a in range(3) if sig.span >> a & 1}, ids * 0)
+        first = np.asarray([r[1] for r in rows], dtype=np.int64)
+        second = np.asarray([r[2] for r in rows], dtype=np.int64)
+        codes = [first, second][:columns]
+        keys = first if columns == 1 else first % 3  # mixed keys collide on purpose
+        valid = np.asarray([r[3] for r in rows]) if any(not r[3] for r in rows) else None
+        s.insert(batch, keys, codes, valid)
+    first = np.asarray([p[0] for p in probes], dtype=np.int64)
+    second = np.asarray([p[1] for p in probes], dtype=np.int64)
+    codes = [first, second][:columns]
+    keys = first if columns == 1 else first % 3
+    valid = np.asarray([p[2] for p in probes], dtype=bool) if probes else None
+    skip = None if skip_span is None else (lambda sig: sig.span == skip_span)
+    expected = np.zeros(len(probes), dtype=np.int64)
+    for _, probe_idx, _ in s.probe(keys, codes, valid, skip):
+        expected += np.bincount(probe_idx, minlength=len(probes))
+    assert s.match_counts(keys, codes, valid, skip).tolist() == expected.tolist()
