@@ -32,13 +32,20 @@ KEEP_COLUMN = "__keep"
 def split_having(select: exp.Select, alias: str) -> exp.Select:
     """The block around ``select``'s grouped part (named ``alias``) that filters it by its
     HAVING (see the module docstring); ``select`` is not changed. Raises
-    UnsupportedQueryError for a ``*`` item or a DISTINCT block ordered by other terms."""
+    UnsupportedQueryError for a ``*`` item, GROUP BY ALL (which DuckDB refuses here), or a
+    DISTINCT block ordered by other terms."""
     items = list(select.expressions)
     for item in items:
         if item.is_star or isinstance(item.unalias(), exp.Star):
             raise UnsupportedQueryError(
                 f"'*' in a block whose HAVING has a correlated subquery: {describe(item)}"
             )
+    group = select.args.get("group")
+    if group is not None and group.args.get("all"):
+        raise UnsupportedQueryError(
+            "a correlated subquery in HAVING with GROUP BY ALL is not supported (DuckDB "
+            f"refuses it too; name the GROUP BY keys): {describe(select.args['having'])}"
+        )
     inner = select.copy()
     for key in ("having", "order", "limit", "offset", "distinct"):
         inner.set(key, None)

@@ -113,3 +113,13 @@ def test_star_with_a_correlated_having_is_refused():
             "HAVING count(*) > (SELECT count(*) FROM u WHERE u.g = t.g)",
             make_catalog(TABLES),
         )
+
+
+def test_group_by_all_with_a_correlated_having_is_refused_as_duckdb_refuses_it():
+    sql = (
+        "SELECT t.g, count(*) FROM t GROUP BY ALL "
+        "HAVING count(*) >= (SELECT count(*) FROM u WHERE u.g = t.g)"
+    )
+    check_all(sql, TABLES, policies=POLICIES, errors_too=True)  # DuckDB refuses it
+    with pytest.raises(UnsupportedQueryError, match="GROUP BY ALL"):
+        execute(sql, make_catalog(TABLES))
