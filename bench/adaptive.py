@@ -288,14 +288,25 @@ def tpch_tables(sf: float, data_dir: pathlib.Path) -> dict[str, pa.Table]:
 
 
 def candidate_orders(sql: str, cat: Catalog) -> list[tuple[str, ...]]:
-    """Static orders to try: SMs, then builds, then each permutation of the probes."""
+    """Static orders to try: SMs, then builds, then each permutation of the probes; and
+    the same with the SteM filters (issue 11's semi-joins) placed before the SMs, before
+    the builds (a tuple a complete SteM's keys reject is never stored) or before the
+    probes. A
+    filter is offered only once its SteM is complete, so an order that names it first
+    still builds and probes until then; an order without filters never uses them (they
+    are optional destinations and rank last)."""
     names = static_names(sql, cat)
     sms = [d for d in names if d.startswith("sm")]
     builds = [d for d in names if d.startswith("build:")]
     probes = [d for d in names if d.startswith("probe:")]
+    filters = [d for d in names if d.startswith("filter:")]
     orders = [tuple(names)]
     for perm in itertools.permutations(probes):
         orders.append((*sms, *builds, *perm))
+        if filters:
+            orders.append((*filters, *sms, *builds, *perm))
+            orders.append((*sms, *filters, *builds, *perm))
+            orders.append((*sms, *builds, *filters, *perm))
     return list(dict.fromkeys(orders))
 
 
