@@ -22,6 +22,7 @@ from eddies.engine import datetime_arith as dta
 from eddies.engine.errors import EddiesError, UnsupportedQueryError, describe
 from eddies.engine.intervals import parse_span
 from eddies.router.expressions import Call, ColumnRef, Expr, FunctionSpec, Literal, UdfCall
+from eddies.sources.decimal_float import decimal_to_float
 
 
 class Scope(Protocol):
@@ -57,8 +58,8 @@ def common_type(types: list[pa.DataType]) -> pa.DataType | None:
 
     One rule set for CASE/COALESCE/IN/NULLIF/comparisons: NULL takes any type; integers
     widen; integers with DECIMALs give a DECIMAL wide enough for both (BIGINT counts as 19
-    digits); any float with numbers gives DOUBLE; string kinds give VARCHAR; DATE with
-    TIMESTAMP gives TIMESTAMP.
+    digits); FLOAT with integers or DECIMALs gives FLOAT, any DOUBLE with numbers gives
+    DOUBLE; string kinds give VARCHAR; DATE with TIMESTAMP gives TIMESTAMP.
     """
     types = [t.value_type if pa.types.is_dictionary(t) else t for t in types]
     types = [t for t in types if t != pa.null()]
@@ -83,7 +84,8 @@ def common_type(types: list[pa.DataType]) -> pa.DataType | None:
     if all(
         pa.types.is_integer(t) or pa.types.is_decimal(t) or pa.types.is_floating(t) for t in types
     ):
-        return pa.float64()
+        floats = {t for t in types if pa.types.is_floating(t)}
+        return pa.float32() if floats == {pa.float32()} else pa.float64()
     if all(pa.types.is_timestamp(t) or pa.types.is_date(t) for t in types):
         stamps = [t for t in types if pa.types.is_timestamp(t)]
         if not stamps:
@@ -183,10 +185,39 @@ def _nan_aware(kernel_name: str) -> Callable[[Any, Any], Any]:
     return fn
 
 
+def _arithmetic(kernel: Callable[[Any, Any], Any]) -> Callable[[Any, Any], Any]:
+    """``+ - *`` with DuckDB's operand types: where a float meets another number both become
+    :func:`common_type` (FLOAT with an integer or DECIMAL stays FLOAT), through our own
+    casts, since Arrow's implicit DECIMAL-to-float cast can be one ulp off."""
+
+    def fn(a: Any, b: Any) -> Any:
+        a, b = _unify_null(a, b)
+        if a.type != b.type and (pa.types.is_floating(a.type) or pa.types.is_floating(b.type)):
+            target = common_type([a.type, b.type])
+            if target is not None and pa.types.is_floating(target):
+                a, b = cast_to(a, target), cast_to(b, target)
+        return kernel(a, b)
+
+    return fn
+
+
+def _float_result(a: Any, b: Any) -> pa.DataType:
+    """The type of ``/`` (and of ``%``/``//`` over floats) in DuckDB: FLOAT where a FLOAT
+    meets a FLOAT, an integer or a DECIMAL, DOUBLE otherwise."""
+    target = common_type([a.type, b.type])
+    return pa.float32() if target == pa.float32() else pa.float64()
+
+
 def _divide(a: Any, b: Any) -> Any:
-    """``/`` as DuckDB: always DOUBLE, IEEE on a zero divisor (1/0 = inf, 0/0 = NaN)."""
+    """``/`` as DuckDB: DOUBLE (FLOAT over FLOAT operands), IEEE on a zero divisor
+    (1/0 = inf, 0/0 = NaN). A FLOAT quotient is the DOUBLE quotient of the FLOAT operands
+    rounded once more, which is the correctly rounded FLOAT quotient (53 >= 2 * 24 + 2)."""
     a, b = _unify_null(a, b)
-    return pc.divide(cast_to(a, pa.float64()), cast_to(b, pa.float64()))
+    target = _float_result(a, b)
+    if target == pa.float32():
+        a, b = cast_to(a, target), cast_to(b, target)
+    out = pc.divide(cast_to(a, pa.float64()), cast_to(b, pa.float64()))
+    return out if target == pa.float64() else pc.cast(out, target)
 
 
 def _check_divisor(a: Any, b: Any) -> None:
@@ -204,8 +235,12 @@ def _modulo(a: Any, b: Any) -> Any:
     if _is_int(a) and _is_int(b):
         safe_b = pc.if_else(zero, pa.scalar(1, b.type), b)
         return pc.subtract(a, pc.multiply(pc.divide(a, safe_b), safe_b))  # truncating
+    target = _float_result(a, b)
+    if target == pa.float32():
+        a, b = cast_to(a, target), cast_to(b, target)
     fa, fb = cast_to(a, pa.float64()), cast_to(b, pa.float64())
-    return pc.subtract(fa, pc.multiply(pc.trunc(pc.divide(fa, fb)), fb))
+    out = pc.subtract(fa, pc.multiply(pc.trunc(pc.divide(fa, fb)), fb))
+    return out if target == pa.float64() else pc.cast(out, target)
 
 
 def _integer_divide(a: Any, b: Any) -> Any:
@@ -235,9 +270,9 @@ def _temporal(wrap: Callable[[Any], Any], kernel: Callable[[Any, Any], Any]) -> 
 
 
 _BINARY: dict[type, Callable[[Any, Any], Any]] = {
-    exp.Add: _temporal(dta.temporal_add, _binary(pc.add_checked)),
-    exp.Sub: _temporal(dta.temporal_sub, _binary(pc.subtract_checked)),
-    exp.Mul: _binary(pc.multiply_checked),
+    exp.Add: _temporal(dta.temporal_add, _arithmetic(pc.add_checked)),
+    exp.Sub: _temporal(dta.temporal_sub, _arithmetic(pc.subtract_checked)),
+    exp.Mul: _arithmetic(pc.multiply_checked),
     exp.Div: _divide,
     exp.Mod: _modulo,
     exp.IntDiv: _integer_divide,
@@ -438,6 +473,10 @@ def convert(v: Any, target: pa.DataType) -> Any:
             return pc.cast(pc.cast(v, pa.timestamp(target.unit)), target)
     if pa.types.is_date(target) and pa.types.is_timestamp(src):
         return pc.cast(v, target, safe=False)  # the date part, as DuckDB
+    if pa.types.is_decimal(src) and pa.types.is_floating(target):
+        return decimal_to_float(v, target)  # Arrow's cast can be one ulp off
+    if pa.types.is_integer(src) and pa.types.is_floating(target):
+        return pc.cast(v, target, safe=False)  # rounds to nearest, as DuckDB (2**24 + 1)
     return pc.cast(v, target)
 
 

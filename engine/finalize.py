@@ -18,6 +18,7 @@ import pyarrow.compute as pc
 
 from eddies.engine.planner import FinalizeSpec
 from eddies.router.expressions import Call, evaluate_async, mask_of
+from eddies.sources.decimal_float import as_double
 
 
 class Finalizer:
@@ -316,10 +317,10 @@ def _aggregate_input(values: pa.Array, function: str | None) -> pa.Array:
     """Types as DuckDB aggregates them: AVG(decimal) is a double, SUM(decimal) widens to 38
     digits, COUNT(DISTINCT) folds -0.0 onto 0.0."""
     if function in ("stddev", "variance") and not pa.types.is_floating(values.type):
-        return values.cast(pa.float64())  # DuckDB computes them in DOUBLE
+        return as_double(values)  # DuckDB computes them in DOUBLE
     if pa.types.is_decimal(values.type):
         if function == "mean":
-            return values.cast(pa.float64())
+            return as_double(values)
         if function == "sum":
             return values.cast(pa.decimal128(38, values.type.scale))
     if function == "count_distinct":

@@ -66,6 +66,7 @@ from eddies.engine.finalize import (
 from eddies.engine.options import RunOptions
 from eddies.engine.planner import FinalizeSpec, Plan
 from eddies.router.expressions import Call, ColumnRef, evaluate_async, mask_of
+from eddies.sources.decimal_float import as_double
 
 #: Pre-aggregate rows buffered before they are folded into the state (bounds the buffer).
 FLUSH_ROWS = 65_536
@@ -461,7 +462,7 @@ class StreamingAggregate(Finalizer):
             value = state.column(f"__s{j}").combine_chunks()
             if a.function == "mean":
                 count = state.column(f"__c{j}").combine_chunks()
-                total = pc.cast(value, pa.float64())
+                total = as_double(value)
                 mean = pc.divide(total, pc.cast(count, pa.float64()))
                 value = pc.if_else(pc.equal(count, 0), pa.scalar(None, pa.float64()), mean)
             if f"__n{j}" in state.column_names:

@@ -17,6 +17,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from eddies.engine.errors import QueryTypeError, describe
+from eddies.sources.decimal_float import as_double, decimal_to_float
 from eddies.sources.table_store import TableStore
 
 #: How a column's values become codes.
@@ -25,8 +26,12 @@ KIND_INT, KIND_FLOAT, KIND_DICT, KIND_TIMESTAMP = "int", "float", "dict", "times
 #: 2 = 2.00 matches and 2 = 2.50 or 12345678901234567 = 12345678901234567.01 does not.
 KIND_DECIMAL = "decimal"
 DECIMAL_KEY_TYPE = pa.decimal128(38, 18)
+#: FLOAT (single precision) keys, alone or joined with integers or DECIMALs: DuckDB
+#: compares those as FLOAT, so both sides are rounded to FLOAT before they are coded (as
+#: KIND_FLOAT codes); joined with a DOUBLE they compare as DOUBLE (KIND_FLOAT).
+KIND_FLOAT32 = "float32"
 #: Numeric kinds from narrowest to widest: a join of two kinds codes both in the wider.
-_NUMERIC_RANK = {KIND_INT: 0, KIND_DECIMAL: 1, KIND_FLOAT: 2}
+_NUMERIC_RANK = {KIND_INT: 0, KIND_DECIMAL: 1, KIND_FLOAT32: 2, KIND_FLOAT: 3}
 
 
 def uses_dictionary(kind: str) -> bool:
@@ -35,7 +40,8 @@ def uses_dictionary(kind: str) -> bool:
 
 
 def wider_kind(a: str, b: str) -> str:
-    """The wider of two numeric kinds (int < decimal < float); ``a`` if either is not."""
+    """The wider of two numeric kinds (int < decimal < float32 < float); ``a`` if either is
+    not."""
     if a in _NUMERIC_RANK and b in _NUMERIC_RANK:
         return a if _NUMERIC_RANK[a] >= _NUMERIC_RANK[b] else b
     return a
@@ -50,6 +56,8 @@ def key_kind(dtype: pa.DataType) -> str:
             dtype.precision - dtype.scale <= DECIMAL_KEY_TYPE.precision - DECIMAL_KEY_TYPE.scale
         )
         return KIND_DECIMAL if fits else KIND_FLOAT
+    if pa.types.is_float32(dtype):
+        return KIND_FLOAT32
     if pa.types.is_floating(dtype):
         return KIND_FLOAT
     if pa.types.is_timestamp(dtype):
@@ -166,8 +174,13 @@ def encode_column(
         if pa.types.is_integer(values.type) or pa.types.is_boolean(values.type):
             values = values.cast(pa.int64()).cast(pa.decimal128(38, 0))
         return dictionary.encode(values.cast(DECIMAL_KEY_TYPE), grow)
+    if kind == KIND_FLOAT32:
+        if pa.types.is_decimal(values.type):
+            values = decimal_to_float(values, pa.float32())
+        values = pc.cast(pc.cast(values, pa.float32(), safe=False), pa.float64())
+        kind = KIND_FLOAT
     if kind == KIND_FLOAT:
-        as_float = _filled(values.cast(pa.float64()), 0.0).copy()
+        as_float = _filled(as_double(values), 0.0).copy()
         as_float[as_float == 0.0] = 0.0  # -0.0 == 0.0 in SQL
         return as_float.view(np.int64)
     assert dictionary is not None

@@ -58,8 +58,12 @@ def _maybe(values) -> st.SearchStrategy:
 ROW = st.tuples(
     _maybe([-7, -2, 0, 1, 2, 3, 5, 9_223_372_036]),
     _maybe([-3, 0, 1, 2, 7]),
-    _maybe([-2.5, -0.0, 0.0, 0.5, 1.25, 2.5, 2.675, 3.0, float("nan"), 1e16, 1e-5]),
-    _maybe([D("-1.25"), D("0.00"), D("2.00"), D("2.50"), D("0.05"), D("99999999.99")]),
+    # 0.1 + 0.2 and 0.3 are different doubles: Arrow's DECIMAL-to-DOUBLE cast made 0.3 the former
+    _maybe(
+        [-2.5, -0.0, 0.0, 0.5, 1.25, 2.5, 2.675, 3.0, float("nan"), 1e16, 1e-5]
+        + [0.1, 0.3, 0.1 + 0.2]
+    ),
+    _maybe([D("-1.25"), D("0.00"), D("2.00"), D("2.50"), D("0.05"), D("99999999.99"), D("0.30")]),
     _maybe([True, False]),
     _maybe(["", "a", "a_b", "a%c", "A_B", "ab\\c", "x!y"]),
     _maybe(["p", "q", "r"]),
@@ -118,6 +122,8 @@ SCALARS = [
     "i + m",
     "m * 2.5",
     "f + m",
+    "f - 0.3",
+    "CAST(m AS DOUBLE)",
     "n + 1",
     "ts",
     "d",
@@ -129,6 +135,9 @@ PREDICATES = [
     "m IN (2, 2.5)",
     "f IN (0.5, 2.5)",
     "m = f",
+    "f = 0.3",
+    "f > 0.3",
+    "f + m > 0.6",
     "i = m",
     "m > 0",
     "f > 2",
