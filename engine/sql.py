@@ -35,6 +35,7 @@ from sqlglot.tokens import Token, TokenType
 
 from eddies.engine.errors import SqlSyntaxError, UnsupportedQueryError, describe, line_col
 from eddies.engine.sql_allowlist import refuse_composite, validate
+from eddies.engine.unshadow import unshadow
 
 _DIALECT = Dialect.get_or_raise("duckdb")
 
@@ -386,6 +387,7 @@ def _parse_checked(sql: str, functions: Collection[str]) -> tuple[exp.Expression
     _check_keywords(sql, tokens, root)
     _place_intervals(tokens, root)
     validate(root, functions)
+    unshadow(root)  # a subquery's own `t` gets a name of its own (SQL's nearest scope)
     return root, tokens
 
 
