@@ -73,11 +73,17 @@ def common_type(types: list[pa.DataType]) -> pa.DataType | None:
     if all(pa.types.is_integer(t) for t in types):
         if all(pa.types.is_signed_integer(t) for t in types):
             return max(types, key=lambda t: t.bit_width)
+        if all(pa.types.is_unsigned_integer(t) for t in types):
+            return max(types, key=lambda t: t.bit_width)
+        if any(pa.types.is_uint64(t) for t in types):
+            return pa.decimal128(20, 0)  # UBIGINT with a signed type: both fit exactly
         return pa.int64()
     if all(pa.types.is_integer(t) or pa.types.is_decimal(t) for t in types):
         scale = max(t.scale for t in types if pa.types.is_decimal(t))
         digits = max(
-            (t.precision - t.scale) if pa.types.is_decimal(t) else _INT_DIGITS[t.bit_width]
+            (t.precision - t.scale)
+            if pa.types.is_decimal(t)
+            else _INT_DIGITS[t.bit_width] + pa.types.is_uint64(t)  # 2**64 - 1: 20 digits
             for t in types
         )
         return pa.decimal128(min(MAX_DECIMAL_PRECISION, digits + scale), scale)

@@ -16,6 +16,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from eddies.engine.errors import ExpressionError
 from eddies.engine.planner import FinalizeSpec
 from eddies.router.expressions import Call, evaluate_async, mask_of
 from eddies.sources.decimal_float import as_double
@@ -135,6 +136,8 @@ class Finalizer:
             pre = pa.Table.from_batches(self._collected)
         else:  # no input rows: still one row for a global aggregate (COUNT(*) = 0)
             pre = self._empty_pre_aggregate()
+        sums = {f"__a{j}": a.sql for j, a in enumerate(spec.aggregates) if a.function == "sum"}
+        pre, widened = widen_risky_sums(pre, sums)
         if n_groups and not self._collected:  # no rows, no groups: no expression to type
             width = len(spec.select) + len(spec.order)
             types = [f.type for f in self.schema] + [pa.null()] * len(spec.order)
@@ -199,6 +202,7 @@ class Finalizer:
                     for j, a in enumerate(spec.aggregates)
                 }
             )
+        agg = narrow_sums(agg, {c: sums[c] for c in widened})
         env = {name: agg.column(name).combine_chunks() for name in agg.column_names}
         n = agg.num_rows
         if spec.having is not None:
@@ -311,6 +315,50 @@ def _group_value(values: pa.Array) -> pa.Array:
     if pa.types.is_floating(values.type):
         return pc.add(values, pa.scalar(0.0, values.type))  # IEEE: -0.0 + 0.0 = +0.0
     return values
+
+
+#: A BIGINT sum may wrap around (Arrow's sum kernels do not check) once the largest
+#: magnitude times the count of values reaches this.
+BIGINT_LIMIT = 2**63
+
+
+def widen_risky_sums(table: pa.Table, sums: dict[str, str]) -> tuple[pa.Table, list[str]]:
+    """``table`` with each integer column of ``sums`` (column -> the aggregate's SQL) that
+    could overflow BIGINT when summed cast to DECIMAL(38, 0), where Arrow sums exactly;
+    and the names of those columns. Arrow's integer sums wrap around silently, so
+    ``SUM`` of three 2**62 was negative; the bound (largest magnitude x count) is one
+    vectorized pass, and the exact path runs only when it is reached."""
+    widened = []
+    for name in sums:
+        column = table.column(name)
+        if not pa.types.is_integer(column.type) or column.null_count == len(column):
+            continue
+        bounds = pc.min_max(column)
+        low, high = bounds["min"].as_py(), bounds["max"].as_py()
+        if max(abs(low), abs(high)) * len(column) >= BIGINT_LIMIT:
+            table = table.set_column(
+                table.column_names.index(name), name, column.cast(pa.decimal128(38, 0))
+            )
+            widened.append(name)
+    return table, widened
+
+
+def narrow_sums(table: pa.Table, sums: dict[str, str]) -> pa.Table:
+    """The exact sums of :func:`widen_risky_sums` back as BIGINT (the type SUM has in the
+    plan); ExpressionError naming the aggregate if one is out of BIGINT range (DuckDB
+    gives a HUGEINT there)."""
+    for name, sql in sums.items():
+        if name not in table.column_names:
+            continue
+        try:
+            narrowed = table.column(name).cast(pa.int64())
+        except pa.ArrowInvalid:
+            raise ExpressionError(
+                f"{sql} is out of BIGINT range; CAST its argument to DECIMAL(38, 0) or "
+                "DOUBLE to sum it"
+            ) from None
+        table = table.set_column(table.column_names.index(name), name, narrowed)
+    return table
 
 
 def _aggregate_input(values: pa.Array, function: str | None) -> pa.Array:

@@ -62,6 +62,8 @@ from eddies.engine.finalize import (
     _group_value,
     _sort,
     explode_windows,
+    narrow_sums,
+    widen_risky_sums,
 )
 from eddies.engine.options import RunOptions
 from eddies.engine.planner import FinalizeSpec, Plan
@@ -356,9 +358,19 @@ class StreamingAggregate(Finalizer):
                 pre = pre.append_column(f"__nan{j}", pc.is_nan(pre.column(col)))
                 specs.append((f"__nan{j}", "any"))
                 renames[f"__nan{j}_any"] = f"__n{j}"
+        pre, widened = widen_risky_sums(pre, self._sums("__a"))
         out = pre.group_by(self._keys(), use_threads=False).aggregate(specs)
         out = out.rename_columns([renames.get(c, c) for c in out.column_names])
+        out = narrow_sums(out, {f"__s{c[3:]}": self._sums("__a")[c] for c in widened})
         return out.append_column("__changed", pa.array(np.ones(out.num_rows, dtype=bool)))
+
+    def _sums(self, prefix: str) -> dict[str, str]:
+        """Columns ``<prefix><j>`` summed for SUM and AVG -> the aggregate's SQL."""
+        return {
+            f"{prefix}{j}": a.sql
+            for j, a in enumerate(self.spec.aggregates)
+            if a.function in ("sum", "mean")
+        }
 
     def _merge(self, both: pa.Table) -> pa.Table:
         """One row per group from state rows and partial rows of the same groups."""
@@ -374,9 +386,11 @@ class StreamingAggregate(Finalizer):
                 specs.append((f"__c{j}", "sum"))
             if f"__n{j}" in both.column_names:
                 specs.append((f"__n{j}", "any"))
+        both, widened = widen_risky_sums(both, self._sums("__s"))
         out = both.group_by(self._keys(), use_threads=False).aggregate(specs)
         renames = {f"{spec[0]}_{spec[1]}": spec[0] for spec in specs}
-        return out.rename_columns([renames.get(c, c) for c in out.column_names])
+        out = out.rename_columns([renames.get(c, c) for c in out.column_names])
+        return narrow_sums(out, {c: self._sums("__s")[c] for c in widened})
 
     # ------------------------------------------------------------------ output
     async def commit(self, at_grant: dict[str, int] | None) -> list[pa.RecordBatch]:

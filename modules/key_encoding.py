@@ -76,6 +76,8 @@ def common_kind(left: pa.DataType, right: pa.DataType, where: object) -> str:
             raise QueryTypeError(f"cannot join {left} with {right} in {_place(where)}")
         if lk == KIND_INT and pa.types.is_date(left) != pa.types.is_date(right):
             raise QueryTypeError(f"cannot join {left} with {right} in {_place(where)}")
+        if lk == KIND_INT and _wraps(left) != _wraps(right):
+            return KIND_DECIMAL  # UBIGINT above 2**63 meets a signed key: exact values
         return lk
     if (
         lk in _NUMERIC_RANK
@@ -84,6 +86,13 @@ def common_kind(left: pa.DataType, right: pa.DataType, where: object) -> str:
     ):
         return wider_kind(lk, rk)
     raise QueryTypeError(f"cannot join {left} with {right} in {_place(where)}")
+
+
+def _wraps(dtype: pa.DataType) -> bool:
+    """Whether ``dtype`` is coded as BIGINT by wrapping around (UBIGINT, and unsigned keys,
+    which it may meet, never exceed it): a UBIGINT key above 2**63 becomes negative, which
+    no unsigned value equals but a signed one could."""
+    return pa.types.is_unsigned_integer(dtype)
 
 
 def _place(where: object) -> str:
@@ -165,13 +174,15 @@ def encode_column(
     if kind == KIND_INT:
         if pa.types.is_date(values.type):
             values = values.cast(pa.date32()).cast(pa.int32())
-        return _filled(values.cast(pa.int64()), 0)
+        return _filled(values.cast(pa.int64(), safe=not pa.types.is_uint64(values.type)), 0)
     if kind == KIND_TIMESTAMP:
         values = values.cast(pa.timestamp("us", tz=values.type.tz)).cast(pa.int64())
         return _filled(values, 0)
     if kind == KIND_DECIMAL:
         assert dictionary is not None
-        if pa.types.is_integer(values.type) or pa.types.is_boolean(values.type):
+        if pa.types.is_uint64(values.type):
+            values = values.cast(pa.decimal128(38, 0))
+        elif pa.types.is_integer(values.type) or pa.types.is_boolean(values.type):
             values = values.cast(pa.int64()).cast(pa.decimal128(38, 0))
         return dictionary.encode(values.cast(DECIMAL_KEY_TYPE), grow)
     if kind == KIND_FLOAT32:

@@ -131,12 +131,13 @@ def test_decimal_to_float_is_correctly_rounded(digits, precision, scale_fraction
     unscaled = abs(digits) % (10**precision) * (1 if digits >= 0 else -1)
     value = D(f"{unscaled}E-{scale}")  # exact (arithmetic would round to 28 digits)
     dtype = pa.decimal128(precision, scale)
-    values = pa.array([value, None, -value], dtype)
+    negative = value.copy_negate()  # exact (unary minus rounds to 28 digits)
+    values = pa.array([value, None, negative], dtype)
     for target, sql_type in ((pa.float64(), "DOUBLE"), (pa.float32(), "FLOAT")):
         expected = duckdb.sql(
             f"SELECT CAST(x AS {sql_type}) FROM (VALUES (?::DECIMAL({precision}, {scale})), "
             f"(NULL), (?::DECIMAL({precision}, {scale}))) v(x)",
-            params=[value, -value],
+            params=[value, negative],
         ).fetchall()
         got = decimal_to_float(values, target).to_pylist()
         assert got == [row[0] for row in expected], (value, dtype, target)
