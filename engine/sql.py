@@ -21,10 +21,12 @@ from __future__ import annotations
 
 import difflib
 import itertools
+import logging
 import re
 from bisect import bisect_left
 from collections import OrderedDict
 from collections.abc import Collection
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from pathlib import PurePath
 
@@ -282,6 +284,22 @@ def _window_calls(tokens: list[Token]) -> None:
             token.token_type = TokenType.VAR
 
 
+class _QuietWhileParsing(logging.Filter):
+    """Drops sqlglot's warnings while the engine parses and checks a statement (such as
+    "Falling back to parsing as a 'Command'"): the statement is then refused with an
+    EddiesError naming it, and the warning was only noise on the user's stderr. sqlglot
+    used elsewhere in the process keeps its warnings."""
+
+    active: ContextVar[bool] = ContextVar("eddies_parsing", default=False)
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not self.active.get()
+
+
+_SQLGLOT_QUIET = _QuietWhileParsing()
+logging.getLogger("sqlglot").addFilter(_SQLGLOT_QUIET)
+
+
 def _parse(sql: str, tokens: list[Token]) -> list[exp.Expression | None]:
     parser = _DIALECT.parser(error_level=ErrorLevel.IMMEDIATE)
     try:
@@ -363,6 +381,14 @@ def _statement(
 
 def _parse_checked(sql: str, functions: Collection[str]) -> tuple[exp.Expression, list[Token]]:
     """Tokenize, parse and check ``sql`` (a str); SqlSyntaxError / UnsupportedQueryError."""
+    quiet = _QuietWhileParsing.active.set(True)
+    try:
+        return _parse_and_check(sql, functions)
+    finally:
+        _QuietWhileParsing.active.reset(quiet)
+
+
+def _parse_and_check(sql: str, functions: Collection[str]) -> tuple[exp.Expression, list[Token]]:
     nul = sql.find("\x00")
     if nul >= 0:
         raise SqlSyntaxError(f"SQL syntax error {_at(sql, nul)}: a NUL character in the query")
@@ -387,6 +413,11 @@ def _parse_checked(sql: str, functions: Collection[str]) -> tuple[exp.Expression
     _check_keywords(sql, tokens, root)
     _place_intervals(tokens, root)
     validate(root, functions)
+    for table in root.find_all(exp.Table):  # before any rewrite sees it (count(*) OVER ())
+        if not isinstance(table.this, exp.Identifier) and type(table.this) not in _READERS:
+            raise UnsupportedQueryError(
+                f"FROM item {describe(table)} is not supported (tables only)"
+            )
     unshadow(root)  # a subquery's own `t` gets a name of its own (SQL's nearest scope)
     return root, tokens
 
