@@ -10,6 +10,7 @@ or that eddies does not implement raises an :class:`EddiesError` naming the cons
 from __future__ import annotations
 
 import decimal
+import re
 from collections.abc import Callable, Collection, Mapping
 from typing import Any, Protocol
 
@@ -350,7 +351,15 @@ def _sql_type(node: exp.DataType) -> pa.DataType:
     if t in simple:
         return simple[t]
     if t == T.DECIMAL:
-        params = [int(p.this.this) for p in node.expressions] if node.expressions else [18, 3]
+        texts = [
+            p.this.sql() if isinstance(p.this, exp.Expression) else str(p.this)
+            for p in node.expressions
+        ]
+        if not all(re.fullmatch(r"\d+", text) for text in texts) or len(texts) > 2:
+            raise UnsupportedQueryError(
+                f"type {describe(node)}: DECIMAL takes a width and a scale, both whole numbers"
+            )
+        params = [int(text) for text in texts] if texts else [18, 3]
         precision, scale = [*params, 0][:2]
         if not (1 <= precision <= MAX_DECIMAL_PRECISION and 0 <= scale <= precision):
             raise UnsupportedQueryError(f"type {node.sql()}: width must be 1..38, scale 0..width")
