@@ -170,6 +170,8 @@ def _nan_aware(kernel_name: str) -> Callable[[Any, Any], Any]:
 
     def fn(a: Any, b: Any) -> Any:
         a, b = unify([a, b])
+        if a.type == pa.null() and b.type == pa.null():  # NULL = NULL is NULL
+            a, b = cast_to(a, pa.bool_()), cast_to(b, pa.bool_())
         plain = kernel(a, b)
         if not (pa.types.is_floating(a.type) or pa.types.is_floating(b.type)):
             return plain
@@ -630,11 +632,18 @@ def _floor_ceil(kernel: Callable[[Any], Any]) -> Callable[[Any], Any]:
     return fn
 
 
+def _null_as_text(v: Any) -> Any:
+    """A string function's operand with a NULL literal typed as VARCHAR (DuckDB's NULL
+    casts to any type: ``upper(NULL)`` is NULL); other types as they are."""
+    v = _plain(v)
+    return cast_to(v, pa.string()) if v.type == pa.null() else v
+
+
 _FUNCTIONS: dict[str, Callable[..., Any]] = {
     "abs": lambda v: pc.abs_checked(_plain(v)),
-    "lower": lambda v: pc.utf8_lower(_plain(v)),
-    "upper": lambda v: pc.utf8_upper(_plain(v)),
-    "length": lambda v: pc.utf8_length(_plain(v)),
+    "lower": lambda v: pc.utf8_lower(_null_as_text(v)),
+    "upper": lambda v: pc.utf8_upper(_null_as_text(v)),
+    "length": lambda v: pc.utf8_length(_null_as_text(v)),
     "coalesce": _coalesce,
     "round": _round,
     "floor": _floor_ceil(pc.floor),

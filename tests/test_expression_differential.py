@@ -330,6 +330,9 @@ U = pa.table({"j": pa.array([D("2.00"), D("2.50"), D("3.00"), None], pa.decimal1
         # NaN compares above every number, but a NULL operand keeps the result NULL
         "SELECT f, f <= 'NaN'::DOUBLE, 'NaN'::DOUBLE >= f, f >= 'NaN'::DOUBLE FROM t",
         "SELECT i FROM t WHERE f <= 'NaN'::DOUBLE",
+        # a NULL literal takes the type its place needs (these were type errors)
+        "SELECT upper(NULL), lower(NULL), length(NULL), NULL = NULL FROM t",
+        "SELECT CASE NULL WHEN NULL THEN 1 ELSE 2 END, NULL <> NULL FROM t",
     ],
 )
 def test_item2_semantics_match_duckdb(sql):
