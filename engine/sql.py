@@ -36,6 +36,7 @@ from sqlglot.errors import ErrorLevel, ParseError, TokenError
 from sqlglot.tokens import Token, TokenType
 
 from eddies.engine.errors import SqlSyntaxError, UnsupportedQueryError, describe, line_col
+from eddies.engine.quantified import rewrite_quantified
 from eddies.engine.sql_allowlist import refuse_composite, validate
 from eddies.engine.unshadow import unshadow
 
@@ -412,6 +413,7 @@ def _parse_and_check(sql: str, functions: Collection[str]) -> tuple[exp.Expressi
             )
     _check_keywords(sql, tokens, root)
     _place_intervals(tokens, root)
+    rewrite_quantified(root)  # x op ANY/ALL (subquery): IN, NOT IN or scalar subqueries
     validate(root, functions)
     for table in root.find_all(exp.Table):  # before any rewrite sees it (count(*) OVER ())
         if not isinstance(table.this, exp.Identifier) and type(table.this) not in _READERS:
