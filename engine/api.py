@@ -33,6 +33,7 @@ from eddies.engine.incremental import (
     plan_streaming,
 )
 from eddies.engine.join_state import with_join_state
+from eddies.engine.malloc_retain import retain_freed_memory
 from eddies.engine.options import RunOptions
 from eddies.engine.planner import Plan, plan_query
 from eddies.engine.run import run_plan, seed_scheduler
@@ -378,3 +379,6 @@ def execute(
 # Last: every module a query runs is loaded now, so the objects they made are frozen out of
 # later full garbage collections (engine/gc_freeze.py; EDDIES_GC_FREEZE=0 turns it off).
 freeze_import_time_objects()
+# Freed NumPy memory stays mapped for the next batch and query (engine/malloc_retain.py;
+# EDDIES_MALLOC_RETAIN=0 turns it off).
+retain_freed_memory()
