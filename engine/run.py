@@ -426,6 +426,8 @@ async def spawn(parts: Lowered, results: trio.MemorySendChannel) -> None:
     finally:
         for stream in parts.streams:  # its producers must not wait for this query
             stream.query_ended()
+        for module in parts.modules.values():  # freed now, not by the cycle collector
+            module.release()
 
 
 async def run_plan(
