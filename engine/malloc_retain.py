@@ -7,17 +7,18 @@ batch's length. NumPy takes all of them from ``malloc``. glibc serves requests a
 from the heap, whose free top is handed back to the kernel (``trim``) once it exceeds the
 *trim threshold* (both start at 128 KB and adapt up to 32 MB and 64 MB). So a query that
 builds 8 MB arrays, frees them and runs again gets fresh pages every time, and the kernel
-zeroes each page on its first touch: on the 2-core reference VM that was 112 ms of system
-time in a 213 ms Wisconsin 5x1M star join (``bench/README.md``, issue 11 item 3).
+zeroes each page on its first touch, which is dear on the 2-core reference VM.
 
 :func:`retain_freed_memory` sets the mmap threshold to 32 MB (glibc's largest) and the
 trim threshold to ``EDDIES_MALLOC_RETAIN`` MB (default 256): freed blocks up to 32 MB go
-back to the heap, and up to that much free heap stays mapped for reuse. The same join then
-spent 18-39 ms in the kernel. This is what DuckDB's and Arrow's own allocators do (they keep
-freed memory in pools).
+back to the heap, and up to that much free heap stays mapped for reuse. Together with
+``Module.release`` (a query's SteMs free their arrays when it ends) the Wisconsin 5x1M
+star join faults 7 pages in per query instead of 9,176 (5x100k: 280 instead of 1,915),
+and its system time fell from 29-112 ms to ~0 (``bench/README.md``, issue 11). DuckDB's
+and Arrow's own allocators do the same: they keep freed memory in pools.
 
 Cost and caveat: a process keeps up to that much freed memory resident after a large
-query (``malloc_trim`` gives it back on demand); the settings are process-wide, so they
+query (a host program may call glibc's ``malloc_trim(0)`` to give it back); the settings are process-wide, so they
 also apply to the host program's ``malloc``. ``EDDIES_MALLOC_RETAIN=0`` before importing
 eddies leaves glibc's defaults alone. Elsewhere (macOS, musl, Windows) it does nothing.
 """
