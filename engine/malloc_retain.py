@@ -18,9 +18,10 @@ and its system time fell from 29-112 ms to ~0 (``bench/README.md``, issue 11). D
 and Arrow's own allocators do the same: they keep freed memory in pools.
 
 Cost and caveat: a process keeps up to that much freed memory resident after a large
-query (a host program may call glibc's ``malloc_trim(0)`` to give it back); the settings are process-wide, so they
-also apply to the host program's ``malloc``. ``EDDIES_MALLOC_RETAIN=0`` before importing
-eddies leaves glibc's defaults alone. Elsewhere (macOS, musl, Windows) it does nothing.
+query (a host program may call glibc's ``malloc_trim(0)`` to give it back); the settings
+are process-wide, so they also apply to the host program's ``malloc``.
+``EDDIES_MALLOC_RETAIN=0`` before importing eddies leaves glibc's defaults alone.
+Elsewhere (macOS, musl, Windows) it does nothing.
 """
 
 from __future__ import annotations
