@@ -82,14 +82,14 @@ def test_default_batch_size_scales_with_the_table_and_sources_rank_by_rows():
     from eddies.engine.run import DEFAULT_BATCH_SIZE, MAX_DEFAULT_BATCH_SIZE
 
     cat = Catalog()
-    cat.add_table("big", pa.table({"a": np.arange(2_000_000) % 7}))
+    cat.add_table("big", pa.table({"a": np.arange(3_000_000) % 7}))
     cat.add_table("mid", pa.table({"a": np.arange(100_000) % 7, "b": np.arange(100_000)}))
     cat.add_table("small", pa.table({"b": np.arange(10)}))
     sql = "SELECT count(*) FROM big, mid, small WHERE big.a = mid.a AND mid.b = small.b"
     _, parts = _lowered(sql, cat)
     sizes = {scan.name: scan.batch_size for scan in parts.scans}
     assert sizes == {
-        "scan:big": 2_000_000 // 16,
+        "scan:big": 3_000_000 // 16,
         "scan:mid": DEFAULT_BATCH_SIZE,
         "scan:small": DEFAULT_BATCH_SIZE,
     }
