@@ -16,6 +16,7 @@ function advances; at most ``MAX_PLANS`` texts per catalog, oldest forgotten fir
 
 from __future__ import annotations
 
+import threading
 import weakref
 
 from eddies.engine.catalog import Catalog
@@ -27,6 +28,7 @@ MAX_PLANS = 128
 _plans: weakref.WeakKeyDictionary[Catalog, tuple[int, dict[str, Plan]]] = (
     weakref.WeakKeyDictionary()
 )
+_lock = threading.Lock()  # queries may run in several threads (Spark executors)
 
 
 def cached_plan(sql: str, catalog: Catalog) -> Plan:
@@ -35,14 +37,17 @@ def cached_plan(sql: str, catalog: Catalog) -> Plan:
     if type(catalog) is not Catalog:  # a duck-typed view (the partitioned runner's)
         return plan_query(sql, catalog)
     version = catalog.version
-    entry = _plans.get(catalog)
-    if entry is None or entry[0] != version:
-        entry = _plans[catalog] = (version, {})
-    plans = entry[1]
-    plan = plans.get(sql)
-    if plan is None:
-        plan = plan_query(sql, catalog)
-        if reusable(plan, catalog):
+    with _lock:
+        entry = _plans.get(catalog)
+        if entry is None or entry[0] != version:
+            entry = _plans[catalog] = (version, {})
+        plan = entry[1].get(sql)
+    if plan is not None:
+        return plan
+    plan = plan_query(sql, catalog)
+    if reusable(plan, catalog):
+        with _lock:
+            plans = entry[1]
             if len(plans) >= MAX_PLANS:
                 del plans[next(iter(plans))]
             plans[sql] = plan
