@@ -33,8 +33,10 @@ from eddies.engine.incremental import (
     plan_streaming,
 )
 from eddies.engine.join_state import with_join_state
+from eddies.engine.malloc_retain import retain_freed_memory
 from eddies.engine.options import RunOptions
-from eddies.engine.planner import Plan, plan_query
+from eddies.engine.plan_cache import cached_plan
+from eddies.engine.planner import Plan
 from eddies.engine.run import run_plan, seed_scheduler
 from eddies.engine.sql import parse_statement
 from eddies.router.stats import RunStats
@@ -239,7 +241,7 @@ async def _open_eddy(
     sql: str, catalog: Catalog, *, options: RunOptions
 ) -> AsyncIterator[QueryResults]:
     """One eddy query (a single SELECT block), as :func:`open_query` describes."""
-    plan = with_join_state(plan_query(sql, catalog), options.join_state)
+    plan = with_join_state(cached_plan(sql, catalog), options.join_state)
     streaming = plan_streaming(plan, options)
     stats = RunStats(plan.graph, plan.destinations, functions=plan.udf_stats)
     event_times = EventTimes(streaming.watermarks if streaming is not None else [])
@@ -378,3 +380,6 @@ def execute(
 # Last: every module a query runs is loaded now, so the objects they made are frozen out of
 # later full garbage collections (engine/gc_freeze.py; EDDIES_GC_FREEZE=0 turns it off).
 freeze_import_time_objects()
+# Freed NumPy memory stays mapped for the next batch and query (engine/malloc_retain.py;
+# EDDIES_MALLOC_RETAIN=0 turns it off).
+retain_freed_memory()

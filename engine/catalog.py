@@ -96,6 +96,7 @@ class Catalog:
     def __init__(self) -> None:
         self._tables: dict[str, CatalogTable] = {}
         self._functions: dict[str, FunctionSpec] = {}
+        self._version = 0  # bumped by every change (engine/plan_cache.py keys plans on it)
 
     def add_table(
         self,
@@ -182,6 +183,7 @@ class Catalog:
         source = TableSource(key_name, stream.schema, pages=stream.pages, stream=stream)
         self._add_scan(key_name, source, key, access_name)
         self._tables[key_name].window = window
+        self._version += 1
         return stream
 
     def add_index(
@@ -316,6 +318,7 @@ class Catalog:
     def drop_table(self, name: str) -> None:
         """Remove table ``name`` and all its AMs (KeyError-free: unknown names are ignored)."""
         self._tables.pop(name.lower(), None)
+        self._version += 1
 
     def add_function(
         self,
@@ -386,6 +389,7 @@ class Catalog:
             backoff=backoff,
             cache=cache,
         )
+        self._version += 1
 
     def table(self, name: str) -> CatalogTable:
         return self._tables[name.lower()]
@@ -401,6 +405,11 @@ class Catalog:
     def functions(self) -> dict[str, FunctionSpec]:
         return dict(self._functions)
 
+    @property
+    def version(self) -> int:
+        """A counter that every added, replaced or dropped table or function advances."""
+        return self._version
+
     # -- helpers ---------------------------------------------------------------------
 
     def _add_scan(
@@ -414,6 +423,7 @@ class Catalog:
     def _register(self, entry: CatalogTable, key: Sequence[str] | None) -> None:
         """Keep ``entry`` (checked by :meth:`_entry`) and its key, once all checks passed."""
         self._tables[entry.name] = entry
+        self._version += 1
         if key is not None:
             entry.key = _columns(entry.name, entry.schema, key, "key")
 

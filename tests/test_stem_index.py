@@ -171,3 +171,31 @@ def test_hashed_sparse_runs_match_brute_force(batches, probe):
     counts = index.counts(big, bounds)
     assert counts.tolist() == [len(where.get(int(k), [])) for k in big // scale]
     assert (index.counts(big[:5]) == counts[:5]).all()  # the searchsorted path agrees
+
+
+@settings(max_examples=50, deadline=None)
+@given(
+    n=st.integers(1, 400),
+    spread=st.sampled_from([1, 4, 10, 16, 40]),
+    seed=st.integers(0, 2**32 - 1),
+    repeat=st.booleans(),
+)
+def test_spread_unique_keys_are_a_direct_run_up_to_direct_spread(n, spread, seed, repeat):
+    """Unique keys over up to DIRECT_SPREAD slots a key (+1024) become a direct-address
+    run (a filtered primary key, issue 11); wider ones, or repeated keys, a sorted run.
+    Probes agree with brute force either way."""
+    from eddies.modules.stem_index import DIRECT_SPREAD
+
+    rng = np.random.default_rng(seed)
+    keys = rng.choice(spread * n + 2000, size=n, replace=False).astype(np.int64) - 1000
+    if repeat:
+        keys = np.concatenate([keys, keys[:1]])
+    index = SortedRunIndex()
+    index.insert(keys, np.arange(len(keys), dtype=np.int64))
+    (run,) = index._runs
+    span = int(keys.max() - keys.min()) + 1
+    assert run.direct == (not repeat and span <= DIRECT_SPREAD * len(keys) + 1024)
+    probe = np.concatenate([keys[: 2 * n // 3], rng.integers(-1100, spread * n + 1100, 40)])
+    probe_idx, pos = index.probe(probe)
+    got = set(zip(probe_idx.tolist(), pos.tolist(), strict=True))
+    assert got == brute_force(keys.tolist(), probe.tolist())
