@@ -86,6 +86,14 @@ def work(stats, base: int) -> int:
     return base + join_work(stats) + moved(stats)
 
 
+#: How the CPU columns and ratios are measured (printed with every section's table).
+CPU_METHOD = (
+    "CPU = process CPU time, each technique's least over --repeat interleaved turns "
+    "(the technique order rotated each turn; one uncounted warm-up run per query first; "
+    "a full garbage collection before each run)"
+)
+
+
 def timed(fn):
     """(run, wall s, CPU s) of one call, garbage collected first: a full collection
     inside a run costs 40-60 ms here (bench/README.md, issue 10), more than a short
@@ -163,10 +171,14 @@ def run_set(sql, cat, runs: dict, expected: int, repeat: int, base: int):
     """Run each ``label -> kwargs`` of ``runs``; check the count; (rows, results).
     ``base``: the base tuples every run reads."""
     rows, results = [], {}
-    # Repeats go round the runs in turns, each turn starting one run later (the first
-    # run of a query also pays its parse and plan caches), so that a change of the
-    # machine's load hits every technique alike; each keeps its lowest-CPU repeat.
+    # Repeats go round the runs in turns, each turn starting one run later, so that a
+    # change of the machine's load hits every technique alike; each keeps its lowest-CPU
+    # repeat (CPU_METHOD). The first run of a query pays its parse and plan caches (5-30
+    # ms, as much as a short run's difference between techniques): one run of the last
+    # technique, not counted, warms them first.
     labels = list(runs)
+    if repeat > 1:
+        routed(sql, cat, runs[labels[-1]])
     for turn in range(max(1, repeat)):
         for label in labels[turn % len(labels) :] + labels[: turn % len(labels)]:
             kw = runs[label]
@@ -220,6 +232,7 @@ def section_54(args) -> None:
         HEAD,
         rows,
     )
+    console.print(f"  {CPU_METHOD}: {args.repeat} turns")
     best = min(
         (v for k, v in results.items() if k.startswith("static")),
         key=lambda v: work(v[0].stats, base),
@@ -290,6 +303,7 @@ def section_7i(args, tables) -> dict:
         HEAD,
         rows,
     )
+    console.print(f"  {CPU_METHOD}: {args.repeat} turns")
     statics = [v for k, v in results.items() if k.startswith("static")]
     best = min(statics, key=lambda v: work(v[0].stats, base))
     s, e, m = (results[f"{js} {args.policy}"] for js in ("stairs", "eddyjoins", "stems"))
@@ -483,6 +497,7 @@ def section_8(args) -> None:
         rows,
     )
     cpu = np.asarray(cpu_ratios)
+    console.print(f"  {CPU_METHOD}: {args.repeat} turns per setup")
     console.print(
         f"Fig. 8 targets (≤ 1.1× the better of SteMs/EddyJoins in ≥ 80%, never > 2.5×): "
         f"work ≤ 1.1× in {np.mean(better <= 1.1):.0%}, worst {better.max():.2f}×; CPU ≤ 1.1× "
