@@ -432,6 +432,11 @@ class GreedyPlan:
             found = self._choices[span] = self._choose(span)
         return found
 
+    def agrees_with(self, other: GreedyPlan) -> bool:
+        """Whether this plan chooses as ``other`` did for every span ``other`` was asked
+        about (those ask this plan now, so the next comparison covers them too)."""
+        return all(self.choice(span) == d for span, d in other._choices.items())
+
     def boundary(self, span: int) -> list[int]:
         """Joins with exactly one side in ``span``."""
         return [d for d, (a, b) in self.topology.ends.items() if (span >> a & 1) != (span >> b & 1)]
@@ -593,8 +598,10 @@ class StairMigrator:
         self._checked_at = admitted
         plan = GreedyPlan(self.joins, self._fanouts(), topology=self.topology)
         if self.routes:
+            # routing entries ask choice() per span: only a changed choice needs them anew
+            changed = not plan.agrees_with(self.plan)
             self.plan = plan
-            if self.on_plan_change is not None:
+            if changed and self.on_plan_change is not None:
                 self.on_plan_change()
         if not self.migrates:
             return
@@ -634,7 +641,10 @@ class StairMigrator:
                     ) >= (1 - MIGRATION_MARGIN) * plan.cumulative(span, d):
                         continue
                     self._looked[key] = admitted
-                if not self.joins[d].stairs[alias].count(span):
+                waiting = self.joins[d].stairs[alias].count(span)
+                if not waiting or (
+                    plan is not None and not self.may_pay(alias, d, waiting, admitted, plan)
+                ):
                     continue
                 batches = self.joins[d].stairs[alias].batches(span)
                 ids = np.sort(np.concatenate([b.rows[alias] for b in batches]), kind="stable")
@@ -646,6 +656,54 @@ class StairMigrator:
                 if len(cohort.ids):
                     out.append(cohort)
         return out
+
+    def _horizon(self, admitted: int) -> tuple[float, float | None]:
+        """(ahead, left): the input still to come over the input admitted (1 when the
+        totals are unknown), and the fraction of the input still to come (None: unknown)."""
+        totals = list(self.totals.values())
+        known = bool(totals) and all(t is not None for t in totals) and admitted > 0
+        if not known:
+            return 1.0, None
+        total = sum(totals)
+        return max(total - admitted, 0) / admitted, max(1.0 - admitted / total, 0.0)
+
+    def _spread(self, plan: GreedyPlan, d: int, alias: int, left: float | None) -> float:
+        """f × n / s at join ``d`` for ``alias``'s side (see :meth:`worth_moving`)."""
+        join = self.joins[d]
+        far = join.edge.other(alias)
+        stored = len(join.stairs[alias])
+        total = self.totals.get(far)
+        to_come = total * left if left is not None and total else len(join.stairs[far])
+        return plan.fanout.get((d, far), 0.0) * to_come / max(stored, 1)
+
+    def _holding(self, alias: int) -> tuple[int, int]:
+        """(stored tuples holding ``alias`` that are not its singletons, all stored tuples
+        holding it): what the guard's scans and a demotion look at."""
+        made = scanned = 0
+        for j in self.joins.values():
+            for s in j.stairs.values():
+                for sig, g in s.groups.items():
+                    if sig.span >> alias & 1:
+                        scanned += len(g)
+                        made += len(g) if sig.span != 1 << alias else 0
+        return made, scanned
+
+    def _threshold(self, scanned: int) -> float:
+        """What a migration's savings must exceed: the scan of the ``scanned`` stored
+        tuples holding its relation and the migration itself (§4.2)."""
+        return SCAN_COST * scanned + MIGRATION_COST
+
+    def may_pay(self, alias: int, d: int, waiting: int, admitted: int, plan: GreedyPlan) -> bool:
+        """A bound, from counts alone, on what moving the ``waiting`` singletons of
+        ``alias`` out of join ``d`` can save: each tuple x saves at most what it costs
+        where it stays, ``max(d_x × ahead, spread) ≤ d_x × ahead + spread``, and the d_x
+        sum to at most the stored tuples holding ``alias`` beyond its singletons. False:
+        :meth:`worth_moving` would move nothing, so its per-tuple scans are skipped (most
+        checks: the guard refuses most cohorts)."""
+        ahead, left = self._horizon(admitted)
+        made, scanned = self._holding(alias)
+        bound = ahead * made + waiting * self._spread(plan, d, alias, left)
+        return bound >= self._threshold(scanned)
 
     def worth_moving(self, cohort: Cohort, admitted: int, plan: GreedyPlan) -> np.ndarray:
         """The guard against thrashing and late migrations (§4.2), per tuple. A tuple x
@@ -662,21 +720,8 @@ class StairMigrator:
         demotions drop tuples). Returns the sorted ids of the tuples for which it pays."""
         ids, alias = cohort.ids, cohort.alias
         made = self._made(ids, alias)
-        totals = list(self.totals.values())
-        known = bool(totals) and all(t is not None for t in totals) and admitted > 0
-        ahead = max(sum(totals) - admitted, 0) / admitted if known else 1.0
-        left = max(1.0 - admitted / sum(totals), 0.0) if known else None
-
-        def spread(d: int) -> float:
-            """f × n / s at join d for the cohort's side."""
-            join = self.joins[d]
-            far = join.edge.other(alias)
-            stored = len(join.stairs[alias])
-            total = self.totals.get(far)
-            to_come = total * left if left is not None and total else len(join.stairs[far])
-            return plan.fanout.get((d, far), 0.0) * to_come / max(stored, 1)
-
-        stay = np.maximum(made * ahead, spread(cohort.source))
+        ahead, left = self._horizon(admitted)
+        stay = np.maximum(made * ahead, self._spread(plan, cohort.source, alias, left))
         hopeful = np.flatnonzero(stay > 1)
         if not len(hopeful):
             return ids[:0]
@@ -688,20 +733,13 @@ class StairMigrator:
         dual = join.stairs[join.edge.other(alias)]
         keys, codes, valid = join.keys_of(batch, alias, grow=False)
         promised = dual.match_counts(keys, codes, valid, lambda s: s.span | sig.span == everything)
-        go = np.maximum(promised * ahead, spread(cohort.target))
+        go = np.maximum(promised * ahead, self._spread(plan, cohort.target, alias, left))
         gain = stay[hopeful] - go - (1 + promised)
         moving = gain > 0
         # A migration also scans every stored tuple holding the relation (to demote):
         # what it saves must outweigh that scan too, or small cohorts cost more than
         # they save.
-        scanned = sum(
-            len(g)
-            for j in self.joins.values()
-            for s in j.stairs.values()
-            for sig, g in s.groups.items()
-            if sig.span >> alias & 1
-        )
-        if gain[moving].sum() < SCAN_COST * scanned + MIGRATION_COST:
+        if gain[moving].sum() < self._threshold(self._holding(alias)[1]):
             return ids[:0]
         return cand[moving]
 
