@@ -34,7 +34,7 @@ from eddies.modules.stem_index import GrowableArray, SortedRunIndex
 from eddies.router.messages import Work
 from eddies.router.query_graph import Predicate, QueryGraph
 from eddies.router.stats import RunStats
-from eddies.router.tuple_batch import Signature, TupleBatch
+from eddies.router.tuple_batch import Signature, TupleBatch, concat_batches
 from eddies.sources.table_store import TableStore
 
 
@@ -380,6 +380,17 @@ SCAN_COST = 0.02
 #: results through the joins in a few eddy visits (bench/README.md, Fig. 8: 3-5 small
 #: migrations of 100-650 tuples cost STAIRs 1.1-1.4× EddyJoins' CPU).
 MIGRATION_COST = 1000
+#: STAIR join states: the eddy merges returned batches of fewer tuples than this with the
+#: others of their signature waiting in its priority buffer before routing them on (a
+#: probe of a STAIR holding several signatures — after a migration especially — returns
+#: one small batch per signature, and their paths meet again: one module visit, ~0.1 ms,
+#: for all; eddies.router.eddy). 0: never.
+COALESCE_BELOW = 128
+#: ... and each module visit a migration adds later as this many (a visit costs ~0.1 ms,
+#: bench/README.md, issue 11; making and routing on an intermediate tuple ~1 µs): a span
+#: more in a STAIR splits each later probe's answer into one batch more
+#: (:meth:`StairMigrator.visits_caused`).
+VISIT_COST = 100
 #: Tests: a seed forces migrations — at each point of stasis, with probability
 #: ``RANDOM_MIGRATION_P``, a random cohort moves to a random other join, its
 #: intermediate results routed by random choices (state migration at arbitrary points
@@ -643,7 +654,7 @@ class StairMigrator:
                     self._looked[key] = admitted
                 waiting = self.joins[d].stairs[alias].count(span)
                 if not waiting or (
-                    plan is not None and not self.may_pay(alias, d, waiting, admitted, plan)
+                    plan is not None and not self.may_pay(alias, d, target, waiting, admitted, plan)
                 ):
                     continue
                 batches = self.joins[d].stairs[alias].batches(span)
@@ -688,12 +699,43 @@ class StairMigrator:
                         made += len(g) if sig.span != 1 << alias else 0
         return made, scanned
 
-    def _threshold(self, scanned: int) -> float:
+    def _threshold(self, scanned: int, visits: float) -> float:
         """What a migration's savings must exceed: the scan of the ``scanned`` stored
-        tuples holding its relation and the migration itself (§4.2)."""
-        return SCAN_COST * scanned + MIGRATION_COST
+        tuples holding its relation, the migration itself and the ``visits`` more module
+        visits it causes (§4.2)."""
+        return SCAN_COST * scanned + MIGRATION_COST + VISIT_COST * visits
 
-    def may_pay(self, alias: int, d: int, waiting: int, admitted: int, plan: GreedyPlan) -> bool:
+    def new_signatures(self, alias: int, target: int, plan: GreedyPlan) -> list[tuple[int, int]]:
+        """The (join, side) STAIRs in which promoting ``alias``'s tuples through join
+        ``target`` would store a span none of them holds now: the cohort's singletons at
+        ``target``, then each intermediate span along the plan's choices until the one
+        a join completes (not stored)."""
+        out, span, d = [], 1 << alias, target
+        everything = self.graph.all_aliases
+        while span != everything:
+            join = self.joins[d]
+            side = join.side_of(span)
+            if not join.stairs[side].count(span):
+                out.append((d, side))
+            span |= 1 << join.edge.other(side)
+            if span == everything:
+                break
+            d = plan.choice(span)
+        return out
+
+    def visits_caused(self, alias: int, target: int, plan: GreedyPlan, ahead: float) -> float:
+        """The module visits a migration of ``alias``'s tuples to ``target`` adds: each
+        STAIR holding a span more (:meth:`new_signatures`) answers each later probe with
+        a batch more (routed on: a visit), and a join is probed from one side by about
+        half of the batches routed to it; later = ``ahead`` × those routed so far."""
+        return sum(
+            self.stats.modules[self.joins[d].name].batches_in * ahead / 2
+            for d, _ in self.new_signatures(alias, target, plan)
+        )
+
+    def may_pay(
+        self, alias: int, d: int, target: int, waiting: int, admitted: int, plan: GreedyPlan
+    ) -> bool:
         """A bound, from counts alone, on what moving the ``waiting`` singletons of
         ``alias`` out of join ``d`` can save: each tuple x saves at most what it costs
         where it stays, ``max(d_x × ahead, spread) ≤ d_x × ahead + spread``, and the d_x
@@ -703,7 +745,7 @@ class StairMigrator:
         ahead, left = self._horizon(admitted)
         made, scanned = self._holding(alias)
         bound = ahead * made + waiting * self._spread(plan, d, alias, left)
-        return bound >= self._threshold(scanned)
+        return bound >= self._threshold(scanned, self.visits_caused(alias, target, plan, ahead))
 
     def worth_moving(self, cohort: Cohort, admitted: int, plan: GreedyPlan) -> np.ndarray:
         """The guard against thrashing and late migrations (§4.2), per tuple. A tuple x
@@ -739,7 +781,8 @@ class StairMigrator:
         # A migration also scans every stored tuple holding the relation (to demote):
         # what it saves must outweigh that scan too, or small cohorts cost more than
         # they save.
-        if gain[moving].sum() < self._threshold(self._holding(alias)[1]):
+        visits = self.visits_caused(alias, cohort.target, plan, ahead)
+        if gain[moving].sum() < self._threshold(self._holding(alias)[1], visits):
             return ids[:0]
         return cand[moving]
 
@@ -787,6 +830,12 @@ class StairMigrator:
         promoted = 0
         while queue:
             d, batch = queue.popleft()
+            # the other batches of its signature bound for the same join go along: one
+            # insert and probe (the order of a symmetric hash join's inputs is free)
+            same = [b for e, b in queue if e == d and b.signature == batch.signature]
+            if same:
+                queue = deque((e, b) for e, b in queue if e != d or b.signature != batch.signature)
+                batch = concat_batches([batch, *same])
             promoted += len(batch) if batch.signature.span != span else 0
             union = batch.signature.span
             for made in self.joins[d].route(

@@ -41,16 +41,17 @@ def migrating(
     """STAIR state migration checked at every point of stasis (instead of every 1000
     tuples), by the greedy policy or, with ``random_seed``, forced: from a random initial
     plan to random plans at random points of stasis (each with probability ``p``). The
-    guard counts a migration as ``cost`` intermediate tuples (0: the small tables here
-    migrate, so that the tests exercise migrations)."""
+    guard counts a migration, and each module visit it causes, as ``cost`` intermediate
+    tuples (0: the small tables here migrate, so that the tests exercise migrations)."""
     saved = (
         stair.CHECK_EVERY,
         stair.RANDOM_PLANS_SEED,
         stair.RANDOM_MIGRATION_P,
         stair.MIGRATION_COST,
+        stair.VISIT_COST,
     )
     stair.CHECK_EVERY, stair.RANDOM_PLANS_SEED = check_every, random_seed
-    stair.RANDOM_MIGRATION_P, stair.MIGRATION_COST = p, cost
+    stair.RANDOM_MIGRATION_P, stair.MIGRATION_COST, stair.VISIT_COST = p, cost, cost
     try:
         yield
     finally:
@@ -59,6 +60,7 @@ def migrating(
             stair.RANDOM_PLANS_SEED,
             stair.RANDOM_MIGRATION_P,
             stair.MIGRATION_COST,
+            stair.VISIT_COST,
         ) = saved
 
 
@@ -770,7 +772,7 @@ def test_may_pay_is_a_bound_on_the_guard(seed, monkeypatch):
                 )
                 moving = migrator.worth_moving(Cohort(alias, d, target, ids), admitted, greedy)
                 moved += len(moving) > 0
-                if not migrator.may_pay(alias, d, waiting, admitted, greedy):
+                if not migrator.may_pay(alias, d, target, waiting, admitted, greedy):
                     refused += 1
                     assert len(moving) == 0, (trial, alias, d)
     assert refused > 0 and moved > 0  # both answers occur: the test can fail
@@ -806,3 +808,119 @@ def test_routing_entries_forgotten_only_when_the_greedy_plan_changes(monkeypatch
     migrator.plan._choices.pop(1 << s)  # as if s was never asked (no entry made)
     migrator.at_stasis(4)
     assert forgotten == [True]
+
+
+def _chain_tables(n: int = 60) -> dict[str, pa.Table]:
+    """r, s, t, u of ``n`` rows each, keys with duplicates and NULLs (CHAIN's columns)."""
+    import numpy as np
+
+    rng = np.random.default_rng(4)
+
+    def col(k: int) -> pa.Array:
+        return pa.array([None if rng.random() < 0.05 else int(rng.integers(k)) for _ in range(n)])
+
+    return {
+        "r": pa.table({"a": col(40), "x": col(50)}),
+        "s": pa.table({"a": col(40), "b": col(40)}),
+        "t": pa.table({"b": col(40), "c": col(40)}),
+        "u": pa.table({"c": col(40), "y": col(50)}),
+    }
+
+
+@pytest.mark.parametrize("batch_size", [1, 7, None])
+def test_small_batches_of_one_signature_merged_before_routing_on(batch_size, monkeypatch):
+    """STAIR join states: small returned batches of one signature waiting in the eddy's
+    priority buffer are merged and routed on in one visit. Routed by random choices,
+    EddyJoins' STAIRs hold tuples of several spans, so a probe returns several batches
+    whose paths meet again: merged, with DuckDB's result (each row once: debug); without
+    merging (COALESCE_BELOW = 0) nothing is merged."""
+    tables = _chain_tables()
+    sql = "SELECT r.x, u.y FROM r, s, t, u WHERE r.a = s.a AND s.b = t.b AND t.c = u.c"
+    cat = make_catalog(tables)
+    for below in (0, 128):
+        monkeypatch.setattr(stair, "COALESCE_BELOW", below)
+        merged = 0
+        for policy in ("random", "lottery"):
+            run = run_query(
+                sql, cat, join_state="eddyjoins", policy=policy, batch_size=batch_size, debug=True
+            )
+            assert_same_bag(run.table, sql, tables, context=f"{policy} below={below}")
+            merged += run.stats.coalesced_batches
+        assert (merged > 0) == (below > 0)
+
+
+def test_priority_buffer_merges_small_batches_of_the_popped_signature():
+    """Eddy._pop_priority: the oldest batch, when small, takes along every other small
+    batch of its signature (in buffer order), leaves the rest in order, and keeps the
+    buffered-tuple and per-signature counts right; big batches, EOT-carrying ones and
+    other signatures are left alone."""
+    import numpy as np
+
+    from eddies.router.eddy import Eddy
+    from eddies.router.stats import RunStats
+    from eddies.router.tuple_batch import Eot, Signature, TupleBatch
+
+    a, b = Signature(3, 1, True), Signature(7, 3, True)
+
+    def batch(sig, first, n, eot=None):
+        ids = np.arange(first, first + n, dtype=np.int64)
+        return TupleBatch(sig, {0: ids, 1: ids + 100}, ids * 10, eot)
+
+    eddy = object.__new__(Eddy)
+    eddy._priority, eddy._buffered, eddy._small = collections.deque(), 0, {}
+    eddy._coalesce_below = 10
+    eddy.stats = object.__new__(RunStats)
+    eddy.stats.coalesced_batches = 0
+    eddy.stats.peak_buffered_tuples = 0
+    eot = Eot(("a",), (np.asarray([1]),))
+    for bt in (
+        batch(a, 0, 2),
+        batch(b, 50, 3),
+        batch(a, 10, 20),  # big: stays
+        batch(a, 30, 4),
+        batch(a, 40, 1, eot),  # carries EOT tuples: stays
+        batch(a, 60, 5),
+    ):
+        eddy._buffer(bt)
+    assert eddy._buffered == 35 and eddy._small == {a: 3, b: 1}
+    first = eddy._pop_priority()
+    assert first.signature == a and first.rows[0].tolist() == [
+        0,
+        1,
+        30,
+        31,
+        32,
+        33,
+        60,
+        61,
+        62,
+        63,
+        64,
+    ]
+    assert first.rows[1].tolist() == [i + 100 for i in first.rows[0].tolist()]
+    assert first.ts.tolist() == [i * 10 for i in first.rows[0].tolist()]
+    assert eddy.stats.coalesced_batches == 2 and eddy._small == {b: 1}
+    assert [len(x) for x in eddy._priority] == [3, 20, 1] and eddy._buffered == 24
+    assert eddy._pop_priority().rows[0].tolist() == [50, 51, 52]  # alone of its signature
+    assert len(eddy._pop_priority()) == 20 and len(eddy._pop_priority()) == 1
+    assert eddy._buffered == 0 and eddy._small == {} and eddy.stats.coalesced_batches == 2
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_merging_under_random_migrations_gives_every_result_once(seed):
+    """Merged batches and migrations together (forced random migrations, batch sizes 1
+    and 7, every policy): DuckDB's result, each row once (debug)."""
+    tables = _chain_tables(40)
+    sql = "SELECT r.x, u.y FROM r, s, t, u WHERE r.a = s.a AND s.b = t.b AND t.c = u.c"
+    cat = make_catalog(tables)
+    merged = migrations = 0
+    with migrating(random_seed=seed, p=1.0):
+        for policy in POLICIES:
+            for bs in (1, 7):
+                run = run_query(
+                    sql, cat, join_state="stairs", policy=policy, batch_size=bs, debug=True
+                )
+                assert_same_bag(run.table, sql, tables, context=f"policy={policy} bs={bs}")
+                merged += run.stats.coalesced_batches
+                migrations += run.stats.stair_migrations
+    assert merged > 0 and migrations > 0
