@@ -924,3 +924,45 @@ def test_merging_under_random_migrations_gives_every_result_once(seed):
                 merged += run.stats.coalesced_batches
                 migrations += run.stats.stair_migrations
     assert merged > 0 and migrations > 0
+
+
+def test_guard_counts_the_visits_a_migration_adds(monkeypatch):
+    """stairs-2004 Figure 6 without s3: every s tuple went to R ⋈ S. Moving the cohort
+    S^R to S ⋈ T stores spans no STAIR holds yet — s singletons in S ⋈ T's S.b, st tuples
+    in R ⋈ S's S.a — so each later probe of those STAIRs answers with one batch more.
+    The guard counts them (VISIT_COST per visit: later batches ≈ ``ahead`` × those routed
+    so far, half from each side): free visits, the cohort moves; dear ones, it stays."""
+    from eddies.modules.stair import GreedyPlan, StairMigrator
+    from eddies.router.stats import RunStats
+
+    monkeypatch.setattr(stair, "MIGRATION_COST", 0)
+    tables = {
+        "r": pa.table({"a": [1, 1, 2, 3]}),
+        "s": pa.table({"a": [1, 2, 9, 7], "b": [5, 6, 5, 5]}),
+        "t": pa.table({"b": [5, 7]}),
+    }
+    sql = "SELECT * FROM r, s, t WHERE r.a = s.a AND s.b = t.b"
+    plan, graph, joins = _stair_setup(tables, sql)
+    rs, st_ = joins
+    r, s, t = (next(a.index for a in graph.aliases if a.name == n) for n in "rst")
+    stats = RunStats(graph, plan.destinations)
+    migrator = StairMigrator(joins, graph, stats, totals={r: 4, s: 8, t: 2})
+    first = {1 << r: rs, 1 << s: rs, 1 << t: st_, 1 << r | 1 << s: st_, 1 << s | 1 << t: rs}
+    for alias, rows in ((r, range(4)), (s, range(4)), (t, range(2))):
+        _route_to_completion(joins, graph, _singletons(graph, alias, rows), first.get)
+    greedy = GreedyPlan(joins, {(rs, s): 5.0, (st_, s): 0.5})
+    assert migrator.new_signatures(s, st_, greedy) == [(st_, s), (rs, s)]
+    assert migrator.new_signatures(s, rs, greedy) == []  # where they are: nothing new
+    for d in joins:
+        stats.modules[joins[d].name].batches_in = 40
+    assert migrator.visits_caused(s, st_, greedy, ahead=0.5) == 2 * 40 * 0.5 / 2
+    monkeypatch.setattr(stair, "VISIT_COST", 0)
+    (cohort,) = migrator.cohorts(greedy, admitted=1)
+    assert cohort.ids.tolist() == [0, 1]
+    monkeypatch.setattr(stair, "VISIT_COST", 100)
+    migrator._looked.clear()
+    assert migrator.cohorts(greedy, admitted=1) == []  # 11 × 40 / 2 visits: not worth it
+    for d in joins:
+        stats.modules[joins[d].name].batches_in = 0
+    migrator._looked.clear()
+    assert [c.ids.tolist() for c in migrator.cohorts(greedy, admitted=1)] == [[0, 1]]
