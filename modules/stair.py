@@ -737,14 +737,16 @@ class StairMigrator:
         self, alias: int, d: int, target: int, waiting: int, admitted: int, plan: GreedyPlan
     ) -> bool:
         """A bound, from counts alone, on what moving the ``waiting`` singletons of
-        ``alias`` out of join ``d`` can save: each tuple x saves at most what it costs
-        where it stays, ``max(d_x × ahead, spread) ≤ d_x × ahead + spread``, and the d_x
-        sum to at most the stored tuples holding ``alias`` beyond its singletons. False:
+        ``alias`` out of join ``d`` to ``target`` can save: each tuple x saves at most
+        ``max(d_x × ahead, spread_d) - spread_target - 1 ≤ d_x × ahead + max(spread_d -
+        spread_target - 1, 0)`` (see :meth:`worth_moving`), and the d_x sum to at most
+        the stored tuples holding ``alias`` beyond its singletons. False:
         :meth:`worth_moving` would move nothing, so its per-tuple scans are skipped (most
         checks: the guard refuses most cohorts)."""
         ahead, left = self._horizon(admitted)
         made, scanned = self._holding(alias)
-        bound = ahead * made + waiting * self._spread(plan, d, alias, left)
+        beyond = self._spread(plan, d, alias, left) - self._spread(plan, target, alias, left) - 1
+        bound = ahead * made + waiting * max(beyond, 0.0)
         return bound >= self._threshold(scanned, self.visits_caused(alias, target, plan, ahead))
 
     def worth_moving(self, cohort: Cohort, admitted: int, plan: GreedyPlan) -> np.ndarray:
