@@ -27,7 +27,8 @@ tuples, as every experiment of the paper does (``stair.GREEDY_ROUTING``; SMs, an
 by ``--policy``: SteMs' own greedy rule of §4.1 is not built); Fig. 8 starts both from
 the same random plan (§5.3, ``stair.INITIAL_PLAN_SEED``). ``policy`` routes the joins by
 ``--policy``. §5.4 shows both. Timed runs are garbage collected first and their repeats
-taken in turns.
+taken in turns (the technique order rotated each turn, after one uncounted warm-up run
+per query); each technique's CPU is its least over the turns (``CPU_METHOD``).
 
 Every run's result is checked against DuckDB's. The work of a run is counted, not timed:
 **work** = the tuples it handled: base tuples read, intermediate tuples made (tuples out
