@@ -236,6 +236,8 @@ def lower(
         on_idle=commits.changed if commits is not None else None,
         filters=asks,
         stasis=migrator.at_stasis if migrator is not None else None,
+        # symmetric hash joins: the order of buffered tuples does not matter
+        coalesce_below=stair_module.COALESCE_BELOW if stairs else 0,
         inline={
             d.id: functools.partial(process_inline, modules[d.module])
             for d in plan.destinations

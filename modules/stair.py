@@ -34,7 +34,7 @@ from eddies.modules.stem_index import GrowableArray, SortedRunIndex
 from eddies.router.messages import Work
 from eddies.router.query_graph import Predicate, QueryGraph
 from eddies.router.stats import RunStats
-from eddies.router.tuple_batch import Signature, TupleBatch
+from eddies.router.tuple_batch import Signature, TupleBatch, concat_batches
 from eddies.sources.table_store import TableStore
 
 
@@ -385,6 +385,17 @@ SCAN_COST = 0.02
 #: results through the joins in a few eddy visits (bench/README.md, Fig. 8: 3-5 small
 #: migrations of 100-650 tuples cost STAIRs 1.1-1.4× EddyJoins' CPU).
 MIGRATION_COST = 1000
+#: STAIR join states: the eddy merges returned batches of fewer tuples than this with the
+#: others of their signature waiting in its priority buffer before routing them on (a
+#: probe of a STAIR holding several signatures — after a migration especially — returns
+#: one small batch per signature, and their paths meet again: one module visit, ~0.1 ms,
+#: for all; eddies.router.eddy). 0: never.
+COALESCE_BELOW = 128
+#: ... and each module visit a migration adds later as this many (a visit costs ~0.1 ms,
+#: bench/README.md, issue 11; making and routing on an intermediate tuple ~1 µs): a span
+#: more in a STAIR splits each later probe's answer into one batch more
+#: (:meth:`StairMigrator.visits_caused`).
+VISIT_COST = 100
 #: Tests: a seed forces migrations — at each point of stasis, with probability
 #: ``RANDOM_MIGRATION_P``, a random cohort moves to a random other join, its
 #: intermediate results routed by random choices (state migration at arbitrary points
@@ -436,6 +447,11 @@ class GreedyPlan:
         if found is None:
             found = self._choices[span] = self._choose(span)
         return found
+
+    def agrees_with(self, other: GreedyPlan) -> bool:
+        """Whether this plan chooses as ``other`` did for every span ``other`` was asked
+        about (those ask this plan now, so the next comparison covers them too)."""
+        return all(self.choice(span) == d for span, d in other._choices.items())
 
     def boundary(self, span: int) -> list[int]:
         """Joins with exactly one side in ``span``."""
@@ -598,8 +614,10 @@ class StairMigrator:
         self._checked_at = admitted
         plan = GreedyPlan(self.joins, self._fanouts(), topology=self.topology)
         if self.routes:
+            # routing entries ask choice() per span: only a changed choice needs them anew
+            changed = not plan.agrees_with(self.plan)
             self.plan = plan
-            if self.on_plan_change is not None:
+            if changed and self.on_plan_change is not None:
                 self.on_plan_change()
         if not self.migrates:
             return
@@ -639,7 +657,10 @@ class StairMigrator:
                     ) >= (1 - MIGRATION_MARGIN) * plan.cumulative(span, d):
                         continue
                     self._looked[key] = admitted
-                if not self.joins[d].stairs[alias].count(span):
+                waiting = self.joins[d].stairs[alias].count(span)
+                if not waiting or (
+                    plan is not None and not self.may_pay(alias, d, target, waiting, admitted, plan)
+                ):
                     continue
                 batches = self.joins[d].stairs[alias].batches(span)
                 ids = np.sort(np.concatenate([b.rows[alias] for b in batches]), kind="stable")
@@ -651,6 +672,87 @@ class StairMigrator:
                 if len(cohort.ids):
                     out.append(cohort)
         return out
+
+    def _horizon(self, admitted: int) -> tuple[float, float | None]:
+        """(ahead, left): the input still to come over the input admitted (1 when the
+        totals are unknown), and the fraction of the input still to come (None: unknown)."""
+        totals = list(self.totals.values())
+        known = bool(totals) and all(t is not None for t in totals) and admitted > 0
+        if not known:
+            return 1.0, None
+        total = sum(totals)
+        return max(total - admitted, 0) / admitted, max(1.0 - admitted / total, 0.0)
+
+    def _spread(self, plan: GreedyPlan, d: int, alias: int, left: float | None) -> float:
+        """f × n / s at join ``d`` for ``alias``'s side (see :meth:`worth_moving`)."""
+        join = self.joins[d]
+        far = join.edge.other(alias)
+        stored = len(join.stairs[alias])
+        total = self.totals.get(far)
+        to_come = total * left if left is not None and total else len(join.stairs[far])
+        return plan.fanout.get((d, far), 0.0) * to_come / max(stored, 1)
+
+    def _holding(self, alias: int) -> tuple[int, int]:
+        """(stored tuples holding ``alias`` that are not its singletons, all stored tuples
+        holding it): what the guard's scans and a demotion look at."""
+        made = scanned = 0
+        for j in self.joins.values():
+            for s in j.stairs.values():
+                for sig, g in s.groups.items():
+                    if sig.span >> alias & 1:
+                        scanned += len(g)
+                        made += len(g) if sig.span != 1 << alias else 0
+        return made, scanned
+
+    def _threshold(self, scanned: int, visits: float) -> float:
+        """What a migration's savings must exceed: the scan of the ``scanned`` stored
+        tuples holding its relation, the migration itself and the ``visits`` more module
+        visits it causes (§4.2)."""
+        return SCAN_COST * scanned + MIGRATION_COST + VISIT_COST * visits
+
+    def new_signatures(self, alias: int, target: int, plan: GreedyPlan) -> list[tuple[int, int]]:
+        """The (join, side) STAIRs in which promoting ``alias``'s tuples through join
+        ``target`` would store a span none of them holds now: the cohort's singletons at
+        ``target``, then each intermediate span along the plan's choices until the one
+        a join completes (not stored)."""
+        out, span, d = [], 1 << alias, target
+        everything = self.graph.all_aliases
+        while span != everything:
+            join = self.joins[d]
+            side = join.side_of(span)
+            if not join.stairs[side].count(span):
+                out.append((d, side))
+            span |= 1 << join.edge.other(side)
+            if span == everything:
+                break
+            d = plan.choice(span)
+        return out
+
+    def visits_caused(self, alias: int, target: int, plan: GreedyPlan, ahead: float) -> float:
+        """The module visits a migration of ``alias``'s tuples to ``target`` adds: each
+        STAIR holding a span more (:meth:`new_signatures`) answers each later probe with
+        a batch more (routed on: a visit), and a join is probed from one side by about
+        half of the batches routed to it; later = ``ahead`` × those routed so far."""
+        return sum(
+            self.stats.modules[self.joins[d].name].batches_in * ahead / 2
+            for d, _ in self.new_signatures(alias, target, plan)
+        )
+
+    def may_pay(
+        self, alias: int, d: int, target: int, waiting: int, admitted: int, plan: GreedyPlan
+    ) -> bool:
+        """A bound, from counts alone, on what moving the ``waiting`` singletons of
+        ``alias`` out of join ``d`` to ``target`` can save: each tuple x saves at most
+        ``max(d_x × ahead, spread_d) - spread_target - 1 ≤ d_x × ahead + max(spread_d -
+        spread_target - 1, 0)`` (see :meth:`worth_moving`), and the d_x sum to at most
+        the stored tuples holding ``alias`` beyond its singletons. False:
+        :meth:`worth_moving` would move nothing, so its per-tuple scans are skipped (most
+        checks: the guard refuses most cohorts)."""
+        ahead, left = self._horizon(admitted)
+        made, scanned = self._holding(alias)
+        beyond = self._spread(plan, d, alias, left) - self._spread(plan, target, alias, left) - 1
+        bound = ahead * made + waiting * max(beyond, 0.0)
+        return bound >= self._threshold(scanned, self.visits_caused(alias, target, plan, ahead))
 
     def worth_moving(self, cohort: Cohort, admitted: int, plan: GreedyPlan) -> np.ndarray:
         """The guard against thrashing and late migrations (§4.2), per tuple. A tuple x
@@ -667,21 +769,8 @@ class StairMigrator:
         demotions drop tuples). Returns the sorted ids of the tuples for which it pays."""
         ids, alias = cohort.ids, cohort.alias
         made = self._made(ids, alias)
-        totals = list(self.totals.values())
-        known = bool(totals) and all(t is not None for t in totals) and admitted > 0
-        ahead = max(sum(totals) - admitted, 0) / admitted if known else 1.0
-        left = max(1.0 - admitted / sum(totals), 0.0) if known else None
-
-        def spread(d: int) -> float:
-            """f × n / s at join d for the cohort's side."""
-            join = self.joins[d]
-            far = join.edge.other(alias)
-            stored = len(join.stairs[alias])
-            total = self.totals.get(far)
-            to_come = total * left if left is not None and total else len(join.stairs[far])
-            return plan.fanout.get((d, far), 0.0) * to_come / max(stored, 1)
-
-        stay = np.maximum(made * ahead, spread(cohort.source))
+        ahead, left = self._horizon(admitted)
+        stay = np.maximum(made * ahead, self._spread(plan, cohort.source, alias, left))
         hopeful = np.flatnonzero(stay > 1)
         if not len(hopeful):
             return ids[:0]
@@ -693,20 +782,14 @@ class StairMigrator:
         dual = join.stairs[join.edge.other(alias)]
         keys, codes, valid = join.keys_of(batch, alias, grow=False)
         promised = dual.match_counts(keys, codes, valid, lambda s: s.span | sig.span == everything)
-        go = np.maximum(promised * ahead, spread(cohort.target))
+        go = np.maximum(promised * ahead, self._spread(plan, cohort.target, alias, left))
         gain = stay[hopeful] - go - (1 + promised)
         moving = gain > 0
         # A migration also scans every stored tuple holding the relation (to demote):
         # what it saves must outweigh that scan too, or small cohorts cost more than
         # they save.
-        scanned = sum(
-            len(g)
-            for j in self.joins.values()
-            for s in j.stairs.values()
-            for sig, g in s.groups.items()
-            if sig.span >> alias & 1
-        )
-        if gain[moving].sum() < SCAN_COST * scanned + MIGRATION_COST:
+        visits = self.visits_caused(alias, cohort.target, plan, ahead)
+        if gain[moving].sum() < self._threshold(self._holding(alias)[1], visits):
             return ids[:0]
         return cand[moving]
 
@@ -754,6 +837,12 @@ class StairMigrator:
         promoted = 0
         while queue:
             d, batch = queue.popleft()
+            # the other batches of its signature bound for the same join go along: one
+            # insert and probe (the order of a symmetric hash join's inputs is free)
+            same = [b for e, b in queue if e == d and b.signature == batch.signature]
+            if same:
+                queue = deque((e, b) for e, b in queue if e != d or b.signature != batch.signature)
+                batch = concat_batches([batch, *same])
             promoted += len(batch) if batch.signature.span != span else 0
             union = batch.signature.span
             for made in self.joins[d].route(

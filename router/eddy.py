@@ -62,7 +62,7 @@ from eddies.router.policies import HOLD, RoutingPolicy
 from eddies.router.query_graph import AccessKind
 from eddies.router.routing_table import DestinationKind, RoutingTable
 from eddies.router.stats import RunStats
-from eddies.router.tuple_batch import Signature, TupleBatch
+from eddies.router.tuple_batch import Signature, TupleBatch, concat_batches
 
 log = structlog.get_logger("eddies.router")
 #: The stdlib logger behind ``log``: a debug call through structlog's lazy proxy costs a
@@ -127,6 +127,7 @@ class Eddy:
         inline: dict[int, Callable[[Work], Returned]] | None = None,
         filters: dict[int, Callable[[], tuple[bool, bool] | None]] | None = None,
         stasis: Callable[[int], None] | None = None,
+        coalesce_below: int = 0,
     ) -> None:
         self.routing_table = routing_table
         self.policy = policy
@@ -219,6 +220,15 @@ class Eddy:
         # state may migrate (eddies.modules.stair.StairMigrator).
         self.stasis = stasis
         self._admitted = 0
+        # Returned batches of fewer than ``coalesce_below`` tuples are merged with the
+        # others of their signature waiting in the priority buffer before they are routed
+        # on, one module visit for all (STAIRs: a probe of a STAIR holding several
+        # signatures returns one small batch each, and their paths meet again). Only where
+        # the order of tuples within the buffer does not matter (symmetric hash joins:
+        # engine.run passes it for STAIR join states). ``_small``: per signature, how many
+        # such batches the buffer holds (no scan of the buffer when there is none).
+        self._coalesce_below = coalesce_below
+        self._small: dict[Signature, int] = {}
 
     def _offer_filters(self) -> None:
         """Offer the SteM filters whose SteMs now hold every qualifying row, where they pay
@@ -260,9 +270,7 @@ class Eddy:
                 if self._deferred and self._may_resume():
                     self._resume()
                 if self._priority:
-                    batch = self._priority.popleft()
-                    self._buffered -= len(batch)
-                    self._route(batch)
+                    self._route(self._pop_priority())
                 elif self._fresh_count and not self._admission_blocked():
                     if self.stasis is not None and self._at_stasis():
                         self.stasis(self._admitted)
@@ -480,10 +488,45 @@ class Eddy:
         if visit is not None:
             self._accept(visit(work))
 
-    def _buffer(self, batch: TupleBatch) -> None:
-        """Queue a returned batch in the priority buffer (routed before new source tuples)."""
-        self._priority.append(batch)
+    def _buffer(self, batch: TupleBatch, first: bool = False) -> None:
+        """Queue a returned batch in the priority buffer (routed before new source
+        tuples); ``first``: at its head."""
+        if first:
+            self._priority.appendleft(batch)
+        else:
+            self._priority.append(batch)
+        if self._mergeable(batch):
+            self._small[batch.signature] = self._small.get(batch.signature, 0) + 1
         self._count_buffered(len(batch))
+
+    def _mergeable(self, batch: TupleBatch) -> bool:
+        return (
+            len(batch) < self._coalesce_below
+            and batch.eot is None
+            and batch.lmts is None
+            and batch.origin == -1
+        )
+
+    def _pop_priority(self) -> TupleBatch:
+        """The priority buffer's oldest batch, merged with the other small batches of its
+        signature there when it is small (see ``coalesce_below``)."""
+        batch = self._priority.popleft()
+        self._buffered -= len(batch)
+        if not self._mergeable(batch):
+            return batch
+        sig = batch.signature
+        left = self._small[sig] - 1
+        if not left:
+            del self._small[sig]
+            return batch
+        parts, rest = [batch], deque()
+        for b in self._priority:
+            (parts if b.signature == sig and self._mergeable(b) else rest).append(b)
+        del self._small[sig]
+        self._priority = rest
+        self._buffered -= sum(len(b) for b in parts[1:])
+        self.stats.coalesced_batches += len(parts) - 1
+        return concat_batches(parts)
 
     def _wait(self, batch: TupleBatch, destination: int | None) -> None:
         """Hold a batch until a queue has room (``destination`` None: route it afresh)."""
@@ -712,9 +755,7 @@ class Eddy:
         limit = self.routing_table.destinations[destination].max_batch
         if limit is not None and len(batch) > limit:
             # The rest is routed afresh, next: each Work is placed on its own.
-            rest = batch.take(slice(limit, None))
-            self._priority.appendleft(rest)
-            self._count_buffered(len(rest))
+            self._buffer(batch.take(slice(limit, None)), first=True)
             batch = batch.take(slice(0, limit))
         if not self.has_room(destination):
             self._wait(batch, destination)  # keep the decision: no re-split

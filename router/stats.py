@@ -109,6 +109,9 @@ class RunStats:
     stair_promotions: int = 0
     stair_demotions: int = 0
     stair_migrated_tuples: int = 0
+    # Small returned batches merged into another of their signature before being routed
+    # on (one module visit saved each; eddies.router.eddy, ``coalesce_below``).
+    coalesced_batches: int = 0
     _time: array.array = field(default_factory=lambda: array.array("d"))
     _span: array.array = field(default_factory=lambda: array.array("q"))
     _done: array.array = field(default_factory=lambda: array.array("q"))
@@ -233,7 +236,8 @@ class RunStats:
                 "",
                 f"STAIR state migration: {self.stair_migrations} migrations, "
                 f"{self.stair_promotions} promotions, "
-                f"{self.stair_demotions} demotions, {self.stair_migrated_tuples} tuples moved",
+                f"{self.stair_demotions} demotions, {self.stair_migrated_tuples} tuples moved; "
+                f"{self.coalesced_batches} small batches merged",
             ]
         if self.streaming_aggregate is not None:
             lines += ["", str(self.streaming_aggregate)]

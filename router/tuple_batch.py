@@ -130,6 +130,24 @@ class TupleBatch:
         return {int(v): self.take(choice == v) for v in np.unique(choice)}
 
 
+def concat_batches(batches: list[TupleBatch]) -> TupleBatch:
+    """One batch of the tuples of ``batches`` (non-empty list, in order), which share a
+    signature and the aliases they hold, and carry no EOT tuples or LastMatchTimeStamps
+    (the eddy's merge of small returned batches: one module visit for all)."""
+    first = batches[0]
+    if len(batches) == 1:
+        return first
+    assert all(b.signature == first.signature and b.eot is None for b in batches)
+    assert all(b.lmts is None for b in batches)
+    return TupleBatch(
+        first.signature,
+        {a: np.concatenate([b.rows[a] for b in batches]) for a in first.rows},
+        np.concatenate([b.ts for b in batches]),
+        None,
+        first.origin,
+    )
+
+
 def singleton_batch(
     alias: int,
     row_ids: np.ndarray,

@@ -41,16 +41,17 @@ def migrating(
     """STAIR state migration checked at every point of stasis (instead of every 1000
     tuples), by the greedy policy or, with ``random_seed``, forced: from a random initial
     plan to random plans at random points of stasis (each with probability ``p``). The
-    guard counts a migration as ``cost`` intermediate tuples (0: the small tables here
-    migrate, so that the tests exercise migrations)."""
+    guard counts a migration, and each module visit it causes, as ``cost`` intermediate
+    tuples (0: the small tables here migrate, so that the tests exercise migrations)."""
     saved = (
         stair.CHECK_EVERY,
         stair.RANDOM_PLANS_SEED,
         stair.RANDOM_MIGRATION_P,
         stair.MIGRATION_COST,
+        stair.VISIT_COST,
     )
     stair.CHECK_EVERY, stair.RANDOM_PLANS_SEED = check_every, random_seed
-    stair.RANDOM_MIGRATION_P, stair.MIGRATION_COST = p, cost
+    stair.RANDOM_MIGRATION_P, stair.MIGRATION_COST, stair.VISIT_COST = p, cost, cost
     try:
         yield
     finally:
@@ -59,6 +60,7 @@ def migrating(
             stair.RANDOM_PLANS_SEED,
             stair.RANDOM_MIGRATION_P,
             stair.MIGRATION_COST,
+            stair.VISIT_COST,
         ) = saved
 
 
@@ -720,3 +722,247 @@ def test_stair_match_counts_equal_the_probe(stored, probes, columns, skip_span):
     for _, probe_idx, _ in s.probe(keys, codes, valid, skip):
         expected += np.bincount(probe_idx, minlength=len(probes))
     assert s.match_counts(keys, codes, valid, skip).tolist() == expected.tolist()
+
+
+@pytest.mark.parametrize("seed", range(16))
+def test_may_pay_is_a_bound_on_the_guard(seed, monkeypatch):
+    """StairMigrator.may_pay bounds, from counts alone, what the guard (worth_moving)
+    could save: whenever it says no, worth_moving moves nothing, so skipping the guard's
+    per-tuple scans never changes a decision. Random states (random routing of random
+    tables), plans (random fan-outs), admitted counts and migration costs; and the bound
+    does refuse some cohorts while the guard moves others."""
+    import numpy as np
+
+    from eddies.modules.stair import Cohort, GreedyPlan, StairMigrator
+    from eddies.router.stats import RunStats
+
+    rng = np.random.default_rng(seed)
+    tables = {
+        name: pa.table({c: pa.array(rng.integers(0, 4, n).tolist(), pa.int64()) for c in cols})
+        for name, cols, n in [("r", "a", 30), ("s", "ab", 40), ("t", "bc", 25), ("u", "c", 20)]
+    }
+    sql = CHAIN if seed % 2 else STAR
+    plan, graph, joins = _stair_setup(tables, sql)
+    totals = {a.index: len(tables[a.table]) * 3 for a in graph.aliases}
+    migrator = StairMigrator(joins, graph, RunStats(graph, plan.destinations), totals=totals)
+    router = GreedyPlan(joins, {}, np.random.default_rng(seed))
+    for a in graph.aliases:
+        _route_to_completion(
+            joins, graph, _singletons(graph, a.index, range(len(tables[a.table]))), router.choice
+        )
+    refused = moved = 0
+    for trial in range(40):
+        monkeypatch.setattr(stair, "MIGRATION_COST", float(rng.choice([0, 10, 100, 1000])))
+        fanout = {
+            (d, side): float(10 ** rng.uniform(-2, 2))
+            for d, j in joins.items()
+            for side in (j.edge.left, j.edge.right)
+        }
+        greedy = GreedyPlan(joins, fanout)
+        admitted = int(rng.integers(1, 400))
+        for alias, options in migrator.topology.choosing:
+            span = 1 << alias
+            for d in options:
+                waiting = joins[d].stairs[alias].count(span)
+                if not waiting:
+                    continue
+                target = next(o for o in options if o != d)
+                ids = np.sort(
+                    np.concatenate([b.rows[alias] for b in joins[d].stairs[alias].batches(span)])
+                )
+                moving = migrator.worth_moving(Cohort(alias, d, target, ids), admitted, greedy)
+                moved += len(moving) > 0
+                if not migrator.may_pay(alias, d, target, waiting, admitted, greedy):
+                    refused += 1
+                    assert len(moving) == 0, (trial, alias, d)
+    assert refused > 0 and moved > 0  # both answers occur: the test can fail
+
+
+def test_routing_entries_forgotten_only_when_the_greedy_plan_changes(monkeypatch):
+    """With greedy routing, a check tells the routing table to forget its entries
+    (on_plan_change) only when the new plan chooses differently for a span it was asked
+    about: recomputing every entry at every check cost as much as the check itself."""
+    from eddies.modules.stair import StairMigrator
+    from eddies.router.stats import RunStats
+
+    monkeypatch.setattr(stair, "GREEDY_ROUTING", True)
+    monkeypatch.setattr(stair, "INITIAL_PLAN_SEED", None)
+    monkeypatch.setattr(stair, "CHECK_EVERY", 1)
+    plan, graph, joins = _stair_setup(_tables(), CHAIN)
+    migrator = StairMigrator(joins, graph, RunStats(graph, plan.destinations), migrates=False)
+    forgotten = []
+    migrator.on_plan_change = lambda: forgotten.append(True)
+    s = next(a.index for a in graph.aliases if a.name == "s")
+    rs, st_ = (d for d, j in joins.items() if s in (j.edge.left, j.edge.right))
+    fanouts = {}
+    monkeypatch.setattr(migrator, "_fanouts", lambda: dict(fanouts))
+    asked = migrator.choice(1 << s)
+    migrator.at_stasis(1)  # the same fan-outs (all 1): the same plan
+    assert forgotten == [] and migrator.choice(1 << s) == asked
+    fanouts.update({(asked, s): 50.0})  # s's first join now looks bad
+    migrator.at_stasis(2)
+    assert forgotten == [True] and migrator.choice(1 << s) != asked
+    migrator.at_stasis(3)  # unchanged since
+    assert forgotten == [True]
+    fanouts.update({(rs, s): 0.1, (st_, s): 20.0})  # a span not asked about may change
+    migrator.plan._choices.pop(1 << s)  # as if s was never asked (no entry made)
+    migrator.at_stasis(4)
+    assert forgotten == [True]
+
+
+def _chain_tables(n: int = 60) -> dict[str, pa.Table]:
+    """r, s, t, u of ``n`` rows each, keys with duplicates and NULLs (CHAIN's columns)."""
+    import numpy as np
+
+    rng = np.random.default_rng(4)
+
+    def col(k: int) -> pa.Array:
+        return pa.array([None if rng.random() < 0.05 else int(rng.integers(k)) for _ in range(n)])
+
+    return {
+        "r": pa.table({"a": col(40), "x": col(50)}),
+        "s": pa.table({"a": col(40), "b": col(40)}),
+        "t": pa.table({"b": col(40), "c": col(40)}),
+        "u": pa.table({"c": col(40), "y": col(50)}),
+    }
+
+
+@pytest.mark.parametrize("batch_size", [1, 7, None])
+def test_small_batches_of_one_signature_merged_before_routing_on(batch_size, monkeypatch):
+    """STAIR join states: small returned batches of one signature waiting in the eddy's
+    priority buffer are merged and routed on in one visit. Routed by random choices,
+    EddyJoins' STAIRs hold tuples of several spans, so a probe returns several batches
+    whose paths meet again: merged, with DuckDB's result (each row once: debug); without
+    merging (COALESCE_BELOW = 0) nothing is merged."""
+    tables = _chain_tables()
+    sql = "SELECT r.x, u.y FROM r, s, t, u WHERE r.a = s.a AND s.b = t.b AND t.c = u.c"
+    cat = make_catalog(tables)
+    for below in (0, 128):
+        monkeypatch.setattr(stair, "COALESCE_BELOW", below)
+        merged = 0
+        for policy in ("random", "lottery"):
+            run = run_query(
+                sql, cat, join_state="eddyjoins", policy=policy, batch_size=batch_size, debug=True
+            )
+            assert_same_bag(run.table, sql, tables, context=f"{policy} below={below}")
+            merged += run.stats.coalesced_batches
+        assert (merged > 0) == (below > 0)
+
+
+def test_priority_buffer_merges_small_batches_of_the_popped_signature():
+    """Eddy._pop_priority: the oldest batch, when small, takes along every other small
+    batch of its signature (in buffer order), leaves the rest in order, and keeps the
+    buffered-tuple and per-signature counts right; big batches, EOT-carrying ones and
+    other signatures are left alone."""
+    import numpy as np
+
+    from eddies.router.eddy import Eddy
+    from eddies.router.stats import RunStats
+    from eddies.router.tuple_batch import Eot, Signature, TupleBatch
+
+    a, b = Signature(3, 1, True), Signature(7, 3, True)
+
+    def batch(sig, first, n, eot=None):
+        ids = np.arange(first, first + n, dtype=np.int64)
+        return TupleBatch(sig, {0: ids, 1: ids + 100}, ids * 10, eot)
+
+    eddy = object.__new__(Eddy)
+    eddy._priority, eddy._buffered, eddy._small = collections.deque(), 0, {}
+    eddy._coalesce_below = 10
+    eddy.stats = object.__new__(RunStats)
+    eddy.stats.coalesced_batches = 0
+    eddy.stats.peak_buffered_tuples = 0
+    eot = Eot(("a",), (np.asarray([1]),))
+    for bt in (
+        batch(a, 0, 2),
+        batch(b, 50, 3),
+        batch(a, 10, 20),  # big: stays
+        batch(a, 30, 4),
+        batch(a, 40, 1, eot),  # carries EOT tuples: stays
+        batch(a, 60, 5),
+    ):
+        eddy._buffer(bt)
+    assert eddy._buffered == 35 and eddy._small == {a: 3, b: 1}
+    first = eddy._pop_priority()
+    assert first.signature == a and first.rows[0].tolist() == [
+        0,
+        1,
+        30,
+        31,
+        32,
+        33,
+        60,
+        61,
+        62,
+        63,
+        64,
+    ]
+    assert first.rows[1].tolist() == [i + 100 for i in first.rows[0].tolist()]
+    assert first.ts.tolist() == [i * 10 for i in first.rows[0].tolist()]
+    assert eddy.stats.coalesced_batches == 2 and eddy._small == {b: 1}
+    assert [len(x) for x in eddy._priority] == [3, 20, 1] and eddy._buffered == 24
+    assert eddy._pop_priority().rows[0].tolist() == [50, 51, 52]  # alone of its signature
+    assert len(eddy._pop_priority()) == 20 and len(eddy._pop_priority()) == 1
+    assert eddy._buffered == 0 and eddy._small == {} and eddy.stats.coalesced_batches == 2
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_merging_under_random_migrations_gives_every_result_once(seed):
+    """Merged batches and migrations together (forced random migrations, batch sizes 1
+    and 7, every policy): DuckDB's result, each row once (debug)."""
+    tables = _chain_tables(40)
+    sql = "SELECT r.x, u.y FROM r, s, t, u WHERE r.a = s.a AND s.b = t.b AND t.c = u.c"
+    cat = make_catalog(tables)
+    merged = migrations = 0
+    with migrating(random_seed=seed, p=1.0):
+        for policy in POLICIES:
+            for bs in (1, 7):
+                run = run_query(
+                    sql, cat, join_state="stairs", policy=policy, batch_size=bs, debug=True
+                )
+                assert_same_bag(run.table, sql, tables, context=f"policy={policy} bs={bs}")
+                merged += run.stats.coalesced_batches
+                migrations += run.stats.stair_migrations
+    assert merged > 0 and migrations > 0
+
+
+def test_guard_counts_the_visits_a_migration_adds(monkeypatch):
+    """stairs-2004 Figure 6 without s3: every s tuple went to R ⋈ S. Moving the cohort
+    S^R to S ⋈ T stores spans no STAIR holds yet — s singletons in S ⋈ T's S.b, st tuples
+    in R ⋈ S's S.a — so each later probe of those STAIRs answers with one batch more.
+    The guard counts them (VISIT_COST per visit: later batches ≈ ``ahead`` × those routed
+    so far, half from each side): free visits, the cohort moves; dear ones, it stays."""
+    from eddies.modules.stair import GreedyPlan, StairMigrator
+    from eddies.router.stats import RunStats
+
+    monkeypatch.setattr(stair, "MIGRATION_COST", 0)
+    tables = {
+        "r": pa.table({"a": [1, 1, 2, 3]}),
+        "s": pa.table({"a": [1, 2, 9, 7], "b": [5, 6, 5, 5]}),
+        "t": pa.table({"b": [5, 7]}),
+    }
+    sql = "SELECT * FROM r, s, t WHERE r.a = s.a AND s.b = t.b"
+    plan, graph, joins = _stair_setup(tables, sql)
+    rs, st_ = joins
+    r, s, t = (next(a.index for a in graph.aliases if a.name == n) for n in "rst")
+    stats = RunStats(graph, plan.destinations)
+    migrator = StairMigrator(joins, graph, stats, totals={r: 4, s: 8, t: 2})
+    first = {1 << r: rs, 1 << s: rs, 1 << t: st_, 1 << r | 1 << s: st_, 1 << s | 1 << t: rs}
+    for alias, rows in ((r, range(4)), (s, range(4)), (t, range(2))):
+        _route_to_completion(joins, graph, _singletons(graph, alias, rows), first.get)
+    greedy = GreedyPlan(joins, {(rs, s): 5.0, (st_, s): 0.5})
+    assert migrator.new_signatures(s, st_, greedy) == [(st_, s), (rs, s)]
+    assert migrator.new_signatures(s, rs, greedy) == []  # where they are: nothing new
+    for d in joins:
+        stats.modules[joins[d].name].batches_in = 40
+    assert migrator.visits_caused(s, st_, greedy, ahead=0.5) == 2 * 40 * 0.5 / 2
+    monkeypatch.setattr(stair, "VISIT_COST", 0)
+    (cohort,) = migrator.cohorts(greedy, admitted=1)
+    assert cohort.ids.tolist() == [0, 1]
+    monkeypatch.setattr(stair, "VISIT_COST", 100)
+    migrator._looked.clear()
+    assert migrator.cohorts(greedy, admitted=1) == []  # 11 × 40 / 2 visits: not worth it
+    for d in joins:
+        stats.modules[joins[d].name].batches_in = 0
+    migrator._looked.clear()
+    assert [c.ids.tolist() for c in migrator.cohorts(greedy, admitted=1)] == [[0, 1]]
