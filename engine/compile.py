@@ -205,9 +205,53 @@ def _arithmetic(kernel: Callable[[Any, Any], Any]) -> Callable[[Any, Any], Any]:
             target = common_type([a.type, b.type])
             if target is not None and pa.types.is_floating(target):
                 a, b = cast_to(a, target), cast_to(b, target)
+        wide = _wide_decimal_result(kernel, a.type, b.type)
+        if wide is not None:  # beyond 38 digits in Arrow's rule: compute in 76, then narrow
+            out = kernel(_as_decimal256(a), _as_decimal256(b))
+            return pc.cast(out, wide)  # a value that does not fit: ArrowInvalid, as DuckDB
         return kernel(a, b)
 
     return fn
+
+
+def _digits(t: pa.DataType) -> tuple[int, int] | None:
+    """(precision, scale) of a DECIMAL or an integer type (as DuckDB widens it), else None."""
+    if pa.types.is_decimal(t):
+        return t.precision, t.scale
+    if pa.types.is_integer(t):
+        return _INT_DIGITS[t.bit_width] + pa.types.is_uint64(t), 0
+    return None
+
+
+def _wide_decimal_result(
+    kernel: Callable[[Any, Any], Any], a: pa.DataType, b: pa.DataType
+) -> pa.DataType | None:
+    """DuckDB's DECIMAL type of ``a op b`` where Arrow's would pass 38 digits, else None.
+
+    Arrow types ``+``/``-`` as max(p - s) + max(s) + 1 digits and ``*`` as p1 + p2 + 1, and
+    refuses beyond 38 even when every value fits (``sum(price) * 0.9``: 38 + 2 + 1). DuckDB
+    caps the width at 38 (scale max(s) for ``+ -``, s1 + s2 for ``*``) and raises only
+    when a value overflows."""
+    if not (pa.types.is_decimal(a) or pa.types.is_decimal(b)):
+        return None
+    da, db = _digits(a), _digits(b)
+    if da is None or db is None:
+        return None
+    (pa_, sa), (pb, sb) = da, db
+    if kernel is pc.multiply_checked:
+        precision, scale = pa_ + pb + 1, sa + sb
+    else:
+        scale = max(sa, sb)
+        precision = max(pa_ - sa, pb - sb) + scale + 1
+    if precision <= MAX_DECIMAL_PRECISION or scale > MAX_DECIMAL_PRECISION:
+        return None
+    return pa.decimal128(MAX_DECIMAL_PRECISION, scale)
+
+
+def _as_decimal256(v: Any) -> Any:
+    digits = _digits(v.type)
+    assert digits is not None
+    return pc.cast(v, pa.decimal256(*digits))
 
 
 def _float_result(a: Any, b: Any) -> pa.DataType:

@@ -24,9 +24,8 @@ import pyarrow as pa
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from oracle import assert_same_bag, duckdb_table, make_catalog
+from oracle import check_all
 
-from eddies.engine import EddiesError, execute
 from eddies.sources.decimal_float import as_double, decimal_to_float
 
 D = decimal.Decimal
@@ -62,19 +61,7 @@ T = _table(ROWS)
 
 
 def _check(sql: str, tables: dict[str, pa.Table]) -> None:
-    try:
-        expected = duckdb_table(sql, tables)
-    except duckdb.Error:
-        for policy in POLICIES:
-            with pytest.raises(EddiesError):
-                execute(sql, make_catalog(tables), policy=policy, seed=0)
-        return
-    for policy in POLICIES:
-        for bs in BATCH_SIZES:
-            ours = execute(sql, make_catalog(tables), policy=policy, batch_size=bs, seed=0)
-            assert_same_bag(
-                ours, sql, tables, context=f"policy={policy} batch_size={bs}", expected=expected
-            )
+    check_all(sql, tables, policies=POLICIES, batch_sizes=BATCH_SIZES, errors_too=True)
 
 
 @pytest.mark.parametrize(
@@ -111,6 +98,9 @@ def _check(sql: str, tables: dict[str, pa.Table]) -> None:
         "SELECT g FROM t WHERE g NOT IN (SELECT m FROM t WHERE m IS NOT NULL)",
         "SELECT h, count(*) FROM t GROUP BY h",
         "SELECT m FROM t UNION SELECT h FROM t",
+        # DECIMALs past 38 digits in Arrow's typing (DuckDB caps at 38, errs on overflow)
+        "SELECT k * k, k * 0.5, k + m FROM t WHERE k < 1000",
+        "SELECT sum(k) * 1.5, sum(m) - 0.25, sum(k) + sum(k) FROM t",
         "SELECT g FROM t INTERSECT SELECT m FROM t",
     ],
 )

@@ -497,16 +497,11 @@ def test_random_migrations_give_every_result_once(seed):
     assert got == want
 
 
-def test_migration_moves_only_the_cohort_tuples_that_pay(monkeypatch):
-    """stairs-2004 Figure 6: R ⋈ S ⋈ T with S tuples sent to R ⋈ S (the cohort S^R); the
-    plan now sends S to S ⋈ T. The guard keeps the s tuples that made no RS tuple (s2)
-    where they are; the others are relocated from S.a to S.b, their RS tuples in S.b
-    demoted, and they are promoted through T.b to ST tuples in S.a. R, T and the s tuple
-    routed to S ⋈ T stay put. With nothing left to come, nothing pays; nor does it when
-    a migration's own cost (MIGRATION_COST) exceeds what the cohort saves."""
-    from eddies.modules.stair import GreedyPlan, StairMigrator
-
-    monkeypatch.setattr(stair, "MIGRATION_COST", 0)
+def _figure6(s_total: int, s_rows: range):
+    """stairs-2004 Figure 6's R ⋈a S ⋈b T, every r, ``s_rows`` of s and every t routed by
+    the first plan (S to R ⋈ S); ``s_total`` s tuples in all. Returns (joins, graph, stats,
+    migrator, first plan, (rs, st), (r, s, t))."""
+    from eddies.modules.stair import StairMigrator
     from eddies.router.stats import RunStats
 
     tables = {
@@ -519,10 +514,24 @@ def test_migration_moves_only_the_cohort_tuples_that_pay(monkeypatch):
     rs, st_ = joins
     r, s, t = (next(a.index for a in graph.aliases if a.name == n) for n in "rst")
     stats = RunStats(graph, plan.destinations)
-    migrator = StairMigrator(joins, graph, stats, totals={r: 4, s: 4, t: 2})
+    migrator = StairMigrator(joins, graph, stats, totals={r: 4, s: s_total, t: 2})
     first = {1 << r: rs, 1 << s: rs, 1 << t: st_, 1 << r | 1 << s: st_, 1 << s | 1 << t: rs}
-    for alias, rows in ((r, range(4)), (s, range(3)), (t, range(2))):
+    for alias, rows in ((r, range(4)), (s, s_rows), (t, range(2))):
         _route_to_completion(joins, graph, _singletons(graph, alias, rows), first.get)
+    return joins, graph, stats, migrator, first, (rs, st_), (r, s, t)
+
+
+def test_migration_moves_only_the_cohort_tuples_that_pay(monkeypatch):
+    """stairs-2004 Figure 6: R ⋈ S ⋈ T with S tuples sent to R ⋈ S (the cohort S^R); the
+    plan now sends S to S ⋈ T. The guard keeps the s tuples that made no RS tuple (s2)
+    where they are; the others are relocated from S.a to S.b, their RS tuples in S.b
+    demoted, and they are promoted through T.b to ST tuples in S.a. R, T and the s tuple
+    routed to S ⋈ T stay put. With nothing left to come, nothing pays; nor does it when
+    a migration's own cost (MIGRATION_COST) exceeds what the cohort saves."""
+    from eddies.modules.stair import GreedyPlan
+
+    monkeypatch.setattr(stair, "MIGRATION_COST", 0)
+    joins, graph, stats, migrator, first, (rs, st_), (r, s, t) = _figure6(4, range(3))
     s3 = {**first, 1 << s: st_}  # s3 went to S ⋈ T
     _route_to_completion(joins, graph, _singletons(graph, s, [3]), s3.get)
     assert joins[st_].stairs[s].count(1 << r | 1 << s) == 3  # r0s0, r1s0, r2s1
@@ -932,24 +941,10 @@ def test_guard_counts_the_visits_a_migration_adds(monkeypatch):
     in R ⋈ S's S.a — so each later probe of those STAIRs answers with one batch more.
     The guard counts them (VISIT_COST per visit: later batches ≈ ``ahead`` × those routed
     so far, half from each side): free visits, the cohort moves; dear ones, it stays."""
-    from eddies.modules.stair import GreedyPlan, StairMigrator
-    from eddies.router.stats import RunStats
+    from eddies.modules.stair import GreedyPlan
 
     monkeypatch.setattr(stair, "MIGRATION_COST", 0)
-    tables = {
-        "r": pa.table({"a": [1, 1, 2, 3]}),
-        "s": pa.table({"a": [1, 2, 9, 7], "b": [5, 6, 5, 5]}),
-        "t": pa.table({"b": [5, 7]}),
-    }
-    sql = "SELECT * FROM r, s, t WHERE r.a = s.a AND s.b = t.b"
-    plan, graph, joins = _stair_setup(tables, sql)
-    rs, st_ = joins
-    r, s, t = (next(a.index for a in graph.aliases if a.name == n) for n in "rst")
-    stats = RunStats(graph, plan.destinations)
-    migrator = StairMigrator(joins, graph, stats, totals={r: 4, s: 8, t: 2})
-    first = {1 << r: rs, 1 << s: rs, 1 << t: st_, 1 << r | 1 << s: st_, 1 << s | 1 << t: rs}
-    for alias, rows in ((r, range(4)), (s, range(4)), (t, range(2))):
-        _route_to_completion(joins, graph, _singletons(graph, alias, rows), first.get)
+    joins, _graph, stats, migrator, _, (rs, st_), (_r, s, _t) = _figure6(8, range(4))
     greedy = GreedyPlan(joins, {(rs, s): 5.0, (st_, s): 0.5})
     assert migrator.new_signatures(s, st_, greedy) == [(st_, s), (rs, s)]
     assert migrator.new_signatures(s, rs, greedy) == []  # where they are: nothing new
