@@ -76,7 +76,7 @@ def common_kind(left: pa.DataType, right: pa.DataType, where: object) -> str:
             raise QueryTypeError(f"cannot join {left} with {right} in {_place(where)}")
         if lk == KIND_INT and pa.types.is_date(left) != pa.types.is_date(right):
             raise QueryTypeError(f"cannot join {left} with {right} in {_place(where)}")
-        if lk == KIND_INT and _wraps(left) != _wraps(right):
+        if lk == KIND_INT and _ubigint_meets_signed(left, right):
             return KIND_DECIMAL  # UBIGINT above 2**63 meets a signed key: exact values
         return lk
     if (
@@ -88,11 +88,13 @@ def common_kind(left: pa.DataType, right: pa.DataType, where: object) -> str:
     raise QueryTypeError(f"cannot join {left} with {right} in {_place(where)}")
 
 
-def _wraps(dtype: pa.DataType) -> bool:
-    """Whether ``dtype`` is coded as BIGINT by wrapping around (UBIGINT, and unsigned keys,
-    which it may meet, never exceed it): a UBIGINT key above 2**63 becomes negative, which
-    no unsigned value equals but a signed one could."""
-    return pa.types.is_unsigned_integer(dtype)
+def _ubigint_meets_signed(left: pa.DataType, right: pa.DataType) -> bool:
+    """Whether a UBIGINT key meets a signed one. KIND_INT codes a UBIGINT by wrapping it
+    around into BIGINT: a key above 2**63 becomes negative, which no unsigned value equals
+    but a signed one could; smaller unsigned types never wrap."""
+    return (pa.types.is_uint64(left) and pa.types.is_signed_integer(right)) or (
+        pa.types.is_uint64(right) and pa.types.is_signed_integer(left)
+    )
 
 
 def _place(where: object) -> str:

@@ -54,6 +54,7 @@ TABLES = {"t": T, "x": X}
         "SELECT a.u, b.i FROM x a JOIN x b ON a.u = b.i",
         "SELECT a.u, b.s FROM x a JOIN x b ON a.u = b.s",
         "SELECT a.u, b.u FROM x a JOIN x b ON a.u = b.u",
+        "SELECT a.s, b.i FROM x a JOIN x b ON a.s = b.i",  # UTINYINT never wraps: int codes
         "SELECT u FROM x WHERE u IN (SELECT i FROM x)",
         "SELECT u, count(*) FROM x GROUP BY u",
     ],
