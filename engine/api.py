@@ -37,6 +37,7 @@ from eddies.engine.malloc_retain import retain_freed_memory
 from eddies.engine.options import RunOptions
 from eddies.engine.plan_cache import cached_plan
 from eddies.engine.planner import Plan
+from eddies.engine.precise_clock import run_clock
 from eddies.engine.run import run_plan, seed_scheduler
 from eddies.engine.sql import parse_statement
 from eddies.router.stats import RunStats
@@ -359,7 +360,7 @@ def run_query(
             "run_query()/execute() start their own trio loop and cannot run inside one; "
             "inside trio use `async with open_query(sql, catalog) as results`"
         )
-    return trio.run(_collect, sql, catalog, options)
+    return trio.run(_collect, sql, catalog, options, clock=run_clock())
 
 
 def execute(

@@ -39,6 +39,7 @@ from eddies.engine import POLICIES, Catalog, EddiesError, RunStats, explain, ope
 from eddies.engine.errors import find_error
 from eddies.engine.logging_setup import FORMATS, LEVELS, configure_logging
 from eddies.engine.options import JOIN_STATES
+from eddies.engine.precise_clock import run_clock
 from eddies.engine.progress import QueryProgress
 from eddies.router.policies import DEFAULT_POLICY
 from eddies.sources.dataset_source import is_glob
@@ -352,7 +353,7 @@ def run_with_progress(
     """Run ``sql`` through :func:`open_query` under trio, showing a progress line on
     stderr for runs longer than a second; return ``(table, stats)``."""
     with QueryProgress(label, enabled=None if progress else False) as display:
-        return trio.run(_collect, sql, catalog, display, options)
+        return trio.run(_collect, sql, catalog, display, options, clock=run_clock())
 
 
 def _engine_options(args: argparse.Namespace, **extra: Any) -> dict[str, Any]:
@@ -784,7 +785,7 @@ def _cmd_serve_demo(args: argparse.Namespace) -> int:
             ]
             print("\n".join(lines), flush=True)
 
-    trio.run(run)
+    trio.run(run, clock=run_clock())
     return 0
 
 

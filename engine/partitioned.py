@@ -48,6 +48,7 @@ from eddies.engine.errors import DataSourceError, EddiesError
 from eddies.engine.finalize import Finalizer
 from eddies.engine.options import RunOptions
 from eddies.engine.planner import Plan, plan_query
+from eddies.engine.precise_clock import run_clock
 from eddies.engine.run import run_plan, seed_scheduler
 from eddies.engine.spark import arrow_schema
 from eddies.router.expressions import FunctionSpec
@@ -484,7 +485,7 @@ def _run_bucket(payload: _Payload, slices: Mapping[str, pa.Table]) -> Iterator[p
     options = payload.options
     if options.seed is not None:
         seed_scheduler(options.seed)
-    for batch in trio.run(_eddy_rows, plan, options):
+    for batch in trio.run(_eddy_rows, plan, options, clock=run_clock()):
         if batch.num_rows:
             yield _core_batch(batch, payload.out_schema)
 
@@ -713,7 +714,7 @@ def _finish(plan: Plan, core: pa.Table) -> pa.Table:
         schema = plan.finalize.schema
         return pa.Table.from_batches(out, schema=schema) if out else schema.empty_table()
 
-    return trio.run(run)
+    return trio.run(run, clock=run_clock())
 
 
 def run_partitioned_arrow(

@@ -79,6 +79,7 @@ from eddies.engine.partitioned import (
     add_broadcasts,
 )
 from eddies.engine.planner import FinalizeSpec, plan_query
+from eddies.engine.precise_clock import run_clock
 from eddies.engine.sinks import FINAL, Sink
 from eddies.router.expressions import FunctionSpec
 from eddies.sources.arrow_source import conform, plain_schema
@@ -529,7 +530,7 @@ def _partials_fn(task: _Task) -> Callable:
             return agg._state
 
         started = time.perf_counter()
-        partial = trio.run(main)
+        partial = trio.run(main, clock=run_clock())
         _count(task, table.num_rows, time.perf_counter() - started)
         if partial is None or partial.num_rows == 0:
             return
@@ -551,7 +552,7 @@ def _aggregate_state_fn(task: _Task) -> Callable:
         tables = ([_unipc(state.get[0])] if state.exists else []) + partials
         started = time.perf_counter()
         agg._state = agg._merge(_concat(tables))
-        out = trio.run(agg._emit, False)
+        out = trio.run(agg._emit, False, clock=run_clock())
         _count(task, 0, time.perf_counter() - started)
         state.update((_ipc(agg._state),))
         if out:

@@ -29,6 +29,7 @@ from eddies.engine.api import QueryResults, open_query
 from eddies.engine.catalog import Catalog
 from eddies.engine.errors import EddiesError
 from eddies.engine.options import RunOptions, check_timeout
+from eddies.engine.precise_clock import run_clock
 from eddies.engine.sinks import FINAL, Sink
 from eddies.router.stats import RunStats
 from eddies.sources.stream import StreamTable
@@ -104,7 +105,7 @@ class BackgroundQuery:
 
     def _run(self) -> None:
         try:
-            trio.run(self._main)
+            trio.run(self._main, clock=run_clock())
         except BaseException as exc:  # handed to the caller by result()
             # Its producers must not wait for a query that failed, even one that never
             # started reading its streams (a planning error, a bad option). Before the
