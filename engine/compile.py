@@ -287,7 +287,8 @@ def _modulo(a: Any, b: Any) -> Any:
     zero = pc.equal(b, pa.scalar(0, b.type))
     if _is_int(a) and _is_int(b):
         safe_b = pc.if_else(zero, pa.scalar(1, b.type), b)
-        return pc.subtract(a, pc.multiply(pc.divide(a, safe_b), safe_b))  # truncating
+        # truncating; checked: MIN % -1 overflows in DuckDB too (the quotient does not fit)
+        return pc.subtract(a, pc.multiply(pc.divide_checked(a, safe_b), safe_b))
     target = _float_result(a, b)
     if target == pa.float32():
         a, b = cast_to(a, target), cast_to(b, target)
@@ -304,8 +305,51 @@ def _integer_divide(a: Any, b: Any) -> Any:
         target = common_type([a.type, b.type])
         a, b = cast_to(a, target), cast_to(b, target)
         safe_b = pc.if_else(pc.equal(b, pa.scalar(0, target)), pa.scalar(1, target), b)
-        return pc.divide(a, safe_b)  # Arrow's integer divide truncates, as C and DuckDB
+        # Arrow's integer divide truncates, as C and DuckDB; MIN // -1 is an overflow error
+        return pc.divide_checked(a, safe_b)
     return _divide(a, b)
+
+
+#: Operators whose integer literal operand takes the other operand's integer type.
+_LITERAL_FITTING = (exp.Add, exp.Sub, exp.Mul, exp.Mod, exp.IntDiv)
+
+
+def _integer_literal(node: exp.Expression, compiled: Expr) -> bool:
+    """Whether ``node`` is an integer literal (``1``, ``-1``, ``(1)``; not a CAST or a
+    folded ``1 + 1``), as DuckDB's INTEGER_LITERAL type marks it."""
+    while isinstance(node, exp.Paren):
+        node = node.this
+    if isinstance(node, exp.Neg):
+        node = node.this
+    return (
+        isinstance(node, exp.Literal)
+        and not node.is_string
+        and isinstance(compiled, Literal)
+        and pa.types.is_integer(compiled.value.type)
+    )
+
+
+def _fit_literal(literal: pa.Scalar, other: pa.DataType) -> pa.Scalar:
+    """``literal`` in ``other``'s type when that is an integer type holding its value."""
+    if not pa.types.is_integer(other) or other == literal.type or not literal.is_valid:
+        return literal
+    value, width = literal.as_py(), other.bit_width
+    low, high = (
+        (0, 2**width)
+        if pa.types.is_unsigned_integer(other)
+        else (-(2 ** (width - 1)), 2 ** (width - 1))
+    )
+    return pa.scalar(value, other) if low <= value < high else literal
+
+
+def _literal_fitting(kernel: Callable[[Any, Any], Any], side: int) -> Callable[[Any, Any], Any]:
+    """``kernel`` whose operand ``side`` (0 left, 1 right), an integer literal, first takes
+    the other operand's integer type where it fits, as DuckDB types an INTEGER_LITERAL:
+    ``u8 + 1`` is a UTINYINT (overflowing past 255, an error), ``u8 + 300`` and
+    ``u8 + (-1)`` an INTEGER; ``dec + 1`` stays DECIMAL with an INTEGER."""
+    if side == 0:
+        return lambda a, b: kernel(_fit_literal(a, b.type), b)
+    return lambda a, b: kernel(a, _fit_literal(b, a.type))
 
 
 def _concat(a: Any, b: Any) -> Any:
@@ -1684,7 +1728,13 @@ def _compile(node: exp.Expression, scope: Scope) -> Expr:
             "a DATE or TIMESTAMP, or as time_bucket's width"
         )
     if type(node) in _BINARY:
-        return Call(_BINARY[type(node)], [sub(node.this), sub(node.expression)], sql)
+        left, right = sub(node.this), sub(node.expression)
+        kernel = _BINARY[type(node)]
+        if isinstance(node, _LITERAL_FITTING):
+            literal = (_integer_literal(node.this, left), _integer_literal(node.expression, right))
+            if literal[0] != literal[1]:  # one side: it fits the other; both: INTEGER op INTEGER
+                kernel = _literal_fitting(kernel, 0 if literal[0] else 1)
+        return Call(kernel, [left, right], sql)
     if isinstance(node, exp.Between):
         ge, le = _BINARY[exp.GTE], _BINARY[exp.LTE]
         return Call(

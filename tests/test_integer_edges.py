@@ -6,6 +6,9 @@
   ExpressionError naming the aggregate when it does not (DuckDB gives a HUGEINT there).
 - UBIGINT values above 2**63 met signed operands through a BIGINT cast: comparisons failed
   and a UBIGINT = TINYINT join raised a raw ArrowInvalid.
+- An integer literal took INTEGER, so ``u8 + 1`` gave 256 where DuckDB (whose literal takes
+  the column's type when it fits) raises an overflow; ``MIN // -1`` and ``MIN % -1``
+  wrapped around without a word.
 """
 
 from __future__ import annotations
@@ -61,6 +64,58 @@ TABLES = {"t": T, "x": X}
 )
 def test_integer_edges_match_duckdb(sql):
     check_all(sql, TABLES, policies=POLICIES, batch_sizes=(None, 1, 7))
+
+
+@pytest.mark.parametrize(
+    "expr",
+    [
+        "s + 0",
+        "s - 0",
+        "0 + s",
+        "s * 1",
+        "s + (-1)",  # -1 is no UTINYINT: INTEGER arithmetic, no overflow
+        "s + 300",
+        "s - (-1)",  # INTEGER again: 255 - (-1) is 256
+        "i + 0 + 0",
+        "s // 2",
+        "s % 3",
+        "i // 1",
+        "u + 0",
+        "s + CAST(1 AS INTEGER)",  # a CAST is no literal
+        "1 + 1 + s",  # nor is a folded sum
+        "s + NULL",
+    ],
+)
+def test_integer_literals_take_the_other_operands_type_as_in_duckdb(expr):
+    check_all(f"SELECT {expr} AS v FROM x", TABLES, policies=("hybrid",), batch_sizes=(None,))
+
+
+@pytest.mark.parametrize(
+    "sql",
+    [
+        "SELECT s + 1 FROM x",  # 255 + 1 overflows UTINYINT (DuckDB: an Out of Range error)
+        "SELECT 1 - s FROM x",
+        "SELECT s * 2 FROM x",
+        "SELECT i - 1 FROM x",  # -128 - 1 overflows TINYINT
+        "SELECT i * -1 FROM x",
+        "SELECT u + 1 FROM x",  # 2**64 - 1 + 1
+        "SELECT i // -1 FROM x",  # -128 // -1: the quotient does not fit
+        "SELECT i % -1 FROM x",
+        "SELECT a // -1 FROM t",  # BIGINT's minimum
+        "SELECT a % -1 FROM t",
+    ],
+)
+def test_integer_overflow_is_an_error_as_in_duckdb(sql):
+    """Each overflows in DuckDB too (checked here, so the test follows its rules)."""
+    import duckdb
+
+    con = duckdb.connect()
+    for name, table in TABLES.items():
+        con.register(name, table)
+    with pytest.raises(duckdb.OutOfRangeException):
+        con.sql(sql).fetchall()
+    with pytest.raises(ExpressionError, match="overflow"):
+        execute(sql, make_catalog(TABLES))
 
 
 @pytest.mark.parametrize(
