@@ -281,20 +281,122 @@ def _check_divisor(a: Any, b: Any) -> None:
 
 
 def _modulo(a: Any, b: Any) -> Any:
-    """``%``: the remainder with the dividend's sign (C's fmod), as DuckDB."""
+    """``%``: the remainder with the dividend's sign (C's fmod), as DuckDB: a zero divisor
+    is an error over integers and DECIMALs and NaN where a float is involved."""
     a, b = _unify_null(a, b)
-    _check_divisor(a, b)
-    zero = pc.equal(b, pa.scalar(0, b.type))
+    floating = pa.types.is_floating(a.type) or pa.types.is_floating(b.type)
+    if not floating:
+        _check_divisor(a, b)
     if _is_int(a) and _is_int(b):
+        zero = pc.equal(b, pa.scalar(0, b.type))
         safe_b = pc.if_else(zero, pa.scalar(1, b.type), b)
         # truncating; checked: MIN % -1 overflows in DuckDB too (the quotient does not fit)
         return pc.subtract(a, pc.multiply(pc.divide_checked(a, safe_b), safe_b))
+    if not floating and _digits(a.type) is not None and _digits(b.type) is not None:
+        return _decimal_modulo(a, b)
     target = _float_result(a, b)
     if target == pa.float32():
         a, b = cast_to(a, target), cast_to(b, target)
-    fa, fb = cast_to(a, pa.float64()), cast_to(b, pa.float64())
-    out = pc.subtract(fa, pc.multiply(pc.trunc(pc.divide(fa, fb)), fb))
+    out = _fmod(cast_to(a, pa.float64()), cast_to(b, pa.float64()))
     return out if target == pa.float64() else pc.cast(out, target)
+
+
+def _decimal_modulo(a: Any, b: Any) -> Any:
+    """``%`` where a DECIMAL meets a DECIMAL or an integer (no zero divisor: checked), exact
+    as DuckDB's: DECIMAL(max(p1 - s1, p2 - s2) + s, s) with s = max(s1, s2) (38 digits at
+    most). ``0.3 % 0.1`` is 0.0; through DOUBLE it was 0.09999999999999998. The operands'
+    unscaled integers at the common scale are divided in int64 (NumPy's fmod truncates, as
+    DuckDB); a value past int64 at that scale is computed with Python's decimal instead."""
+    (pa_, sa), (pb, sb) = _digits(a.type), _digits(b.type)  # type: ignore[misc]
+    scale = max(sa, sb)
+    precision = min(MAX_DECIMAL_PRECISION, max(pa_ - sa, pb - sb) + scale)
+    target = pa.decimal128(max(precision, 1), scale)
+    if isinstance(a, pa.Scalar) and isinstance(b, pa.Scalar):
+        if not (a.is_valid and b.is_valid):
+            return pa.scalar(None, target)
+        x, y = decimal.Decimal(a.as_py()), decimal.Decimal(b.as_py())
+        return pa.scalar(_decimal_remainder(x, y, scale), target)
+    n = len(b) if isinstance(a, pa.Scalar) else len(a)
+    xa, xb = (
+        _unscaled(v if not isinstance(v, pa.Scalar) else pa.array([v.as_py()] * n, v.type), scale)
+        for v in (a, b)
+    )
+    valid = pc.and_(pc.is_valid(a), pc.is_valid(b))
+    if isinstance(valid, pa.Scalar):
+        valid = pa.array(np.full(n, valid.as_py()))
+    if xa is None or xb is None:  # beyond int64 at this scale: Python's exact decimals
+        pairs = zip(_as_list(a, n), _as_list(b, n), strict=True)
+        return pa.array(
+            [None if x is None or y is None else _decimal_remainder(x, y, scale) for x, y in pairs],
+            target,
+        )
+    divisor = np.where(xb == 0, 1, xb)  # zero only where the dividend is NULL (checked)
+    remainder = np.fmod(xa, divisor)
+    words = np.empty(2 * n, dtype=np.int64)
+    words[0::2], words[1::2] = remainder, remainder >> 63  # little-endian 128-bit
+    out = pa.Array.from_buffers(target, n, [None, pa.py_buffer(words.tobytes())])
+    return pc.if_else(valid, out, pa.scalar(None, target))
+
+
+def _decimal_remainder(x: decimal.Decimal, y: decimal.Decimal, scale: int) -> decimal.Decimal:
+    """``x % y`` truncated toward zero (Python's Decimal ``%`` is), at ``scale`` digits."""
+    with decimal.localcontext() as ctx:
+        ctx.prec = 80
+        return (x % y).quantize(decimal.Decimal(1).scaleb(-scale))
+
+
+def _as_list(v: Any, n: int) -> list[Any]:
+    if isinstance(v, pa.Scalar):
+        return [None if v.as_py() is None else decimal.Decimal(v.as_py())] * n
+    return [None if x is None else decimal.Decimal(x) for x in v.to_pylist()]
+
+
+def _unscaled(v: pa.Array, scale: int) -> np.ndarray | None:
+    """``v`` (integers or DECIMALs) as int64 multiples of ``10**-scale`` (NULLs as 0), or
+    None when a value does not fit int64 so."""
+    if pa.types.is_integer(v.type):
+        ints, shift = pc.fill_null(v, 0).cast(pa.int64()).to_numpy(zero_copy_only=False), scale
+    else:
+        v = v.cast(pa.decimal128(38, v.type.scale)) if pa.types.is_decimal256(v.type) else v
+        words = np.frombuffer(v.buffers()[1], dtype=np.int64)[
+            2 * v.offset : 2 * (v.offset + len(v))
+        ]
+        low, high = words[0::2], words[1::2]
+        if not bool(np.all(high == (low >> 63))):
+            return None
+        ints = np.where(np.asarray(pc.is_valid(v)), low, 0)
+        shift = scale - v.type.scale
+    if shift:
+        factor = 10**shift
+        limit = (2**63 - 1) // factor
+        if factor >= 2**63 or bool(np.any((ints > limit) | (ints < -limit))):
+            return None
+        ints = ints * factor
+    return ints
+
+
+def _fmod(a: Any, b: Any) -> Any:
+    """C's ``fmod`` of two DOUBLE values (arrays or scalars), NULL where either is: exact,
+    where ``a - trunc(a / b) * b`` is not (``1e300 % 7`` is 1, not 0); a FLOAT remainder
+    computed so is the FLOAT one, as fmod is exact."""
+    if isinstance(a, pa.Scalar) and isinstance(b, pa.Scalar):
+        if not (a.is_valid and b.is_valid):
+            return pa.scalar(None, pa.float64())
+        with np.errstate(invalid="ignore"):
+            out = np.fmod(np.float64(a.as_py()), np.float64(b.as_py()))
+        return pa.scalar(float(out), pa.float64())
+    valid = pc.and_(pc.is_valid(a), pc.is_valid(b))
+    n = len(a) if not isinstance(a, pa.Scalar) else len(b)
+
+    def values(v: Any) -> Any:
+        if isinstance(v, pa.Scalar):
+            return np.float64(v.as_py()) if v.is_valid else np.float64(0.0)
+        return pc.fill_null(v, 0.0).to_numpy(zero_copy_only=False)
+
+    with np.errstate(invalid="ignore"):
+        out = np.fmod(values(a), values(b))
+    mask = pa.array(np.full(n, valid.as_py())) if isinstance(valid, pa.Scalar) else valid
+    return pa.array(out, type=pa.float64(), mask=pc.invert(mask).to_numpy(zero_copy_only=False))
 
 
 def _integer_divide(a: Any, b: Any) -> Any:
