@@ -684,6 +684,12 @@ def convert(v: Any, target: pa.DataType) -> Any:
         return decimal_to_float(v, target)  # Arrow's cast can be one ulp off
     if pa.types.is_integer(src) and pa.types.is_floating(target):
         return pc.cast(v, target, safe=False)  # rounds to nearest, as DuckDB (2**24 + 1)
+    if pa.types.is_float64(src) and pa.types.is_float32(target):
+        out = pc.cast(v, target)  # Arrow gives inf past FLOAT's range; DuckDB raises
+        overflow = pc.and_(pc.is_inf(out), pc.is_finite(v))
+        if pc.any(overflow).as_py() if not isinstance(overflow, pa.Scalar) else overflow.as_py():
+            raise pa.ArrowInvalid("a DOUBLE value is out of range for FLOAT")
+        return out
     return pc.cast(v, target)
 
 
@@ -800,6 +806,8 @@ def _nullif(a: Any, b: Any) -> Any:
 def _round(v: Any, d: Any = None) -> Any:
     """``round(x[, d])``: half away from zero, as DuckDB, for DOUBLE and DECIMAL alike."""
     v = _plain(v)
+    if d is not None and not d.is_valid:  # round(x, NULL) is NULL
+        return pa.scalar(None, v.type) if isinstance(v, pa.Scalar) else pa.nulls(len(v), v.type)
     digits = 0 if d is None else d.as_py()
     if pa.types.is_integer(v.type) and digits >= 0:
         return v
@@ -809,17 +817,58 @@ def _round(v: Any, d: Any = None) -> Any:
 
 
 def _floor_ceil(kernel: Callable[[Any], Any]) -> Callable[[Any], Any]:
+    """``floor``/``ceil`` typed as DuckDB: an integer becomes a DOUBLE (``floor(u8) + i32``
+    must not overflow UTINYINT or INTEGER), a DECIMAL(p, s) a DECIMAL(p, 0)."""
+
     def fn(v: Any) -> Any:
         v = _plain(v)
         if pa.types.is_integer(v.type):
-            return v
-        out = kernel(v)
-        if pa.types.is_decimal(v.type):  # DuckDB gives DECIMAL(p, 0)
+            return cast_to(v, pa.float64())
+        if pa.types.is_decimal(v.type):  # one more digit: floor(-99999.99) is -100000
             t = v.type
-            return pc.cast(out, pa.decimal128(max(1, t.precision - t.scale), 0))
-        return out
+            out = kernel(
+                pc.cast(v, pa.decimal128(min(MAX_DECIMAL_PRECISION, t.precision + 1), t.scale))
+            )
+            return pc.cast(out, pa.decimal128(t.precision, 0))
+        return kernel(v)
 
     return fn
+
+
+def _digits_literal(node: exp.Expression, digits: Expr) -> Expr:
+    """The digits argument of ``round``/``trunc``: an integer literal or NULL (the result
+    is then NULL, as DuckDB's); a column, an expression or ``1.5`` is refused (the kernels
+    take one number of digits per call; DuckDB has no round(DOUBLE, DECIMAL) either)."""
+    value = digits.value if isinstance(digits, Literal) else None
+    if value is not None and not value.is_valid:
+        return Literal(pa.scalar(None, pa.int32()), "NULL")
+    if value is None or not pa.types.is_integer(value.type):
+        raise UnsupportedQueryError(
+            f"{describe(node)}: the number of digits must be an integer literal"
+        )
+    return digits
+
+
+def _trunc(v: Any, d: Any = None) -> Any:
+    """``trunc(x[, d])``: toward zero, in x's type as DuckDB (a DECIMAL(p, s) becomes
+    DECIMAL(p, min(d, s)) and keeps its digits; an integer with d >= 0 is itself)."""
+    v = _plain(v)
+    if d is not None and not d.is_valid:  # trunc(x, NULL) is NULL
+        return pa.scalar(None, v.type) if isinstance(v, pa.Scalar) else pa.nulls(len(v), v.type)
+    digits = 0 if d is None else d.as_py()
+    if pa.types.is_integer(v.type):
+        if digits >= 0:
+            return v
+        step = pa.scalar(10 ** min(-digits, 18), pa.int64())
+        wide = cast_to(v, pa.int64())
+        return cast_to(pc.multiply(pc.divide(wide, step), step), v.type)  # divide truncates
+    if not (pa.types.is_decimal(v.type) or pa.types.is_floating(v.type)):
+        raise TypeError(f"trunc needs a number, got {v.type}")
+    out = pc.round(v, ndigits=digits, round_mode="towards_zero")
+    if pa.types.is_decimal(v.type):
+        scale = max(0, min(digits, v.type.scale))
+        return pc.cast(out, pa.decimal128(v.type.precision, scale))
+    return out
 
 
 def _null_as_text(v: Any) -> Any:
@@ -836,6 +885,7 @@ _FUNCTIONS: dict[str, Callable[..., Any]] = {
     "length": lambda v: pc.utf8_length(_null_as_text(v)),
     "coalesce": _coalesce,
     "round": _round,
+    "trunc": _trunc,
     "floor": _floor_ceil(pc.floor),
     "ceil": _floor_ceil(pc.ceil),
     "sqrt": lambda v: pc.sqrt(cast_to(_plain(v), pa.float64())),
@@ -849,6 +899,7 @@ _SQLGLOT_FUNCTIONS: dict[type, str] = {
     exp.Length: "length",
     exp.Coalesce: "coalesce",
     exp.Round: "round",
+    exp.Trunc: "trunc",
     exp.Floor: "floor",
     exp.Ceil: "ceil",
     exp.Sqrt: "sqrt",
@@ -1898,11 +1949,14 @@ def _compile(node: exp.Expression, scope: Scope) -> Expr:
     if type(node) in _SQLGLOT_FUNCTIONS:
         name = _SQLGLOT_FUNCTIONS[type(node)]
         operands = [node.this, *node.expressions] if node.this is not None else node.expressions
-        if isinstance(node, exp.Round) and node.args.get("decimals") is not None:
+        if isinstance(node, exp.Round | exp.Trunc) and node.args.get("decimals") is not None:
             operands = [node.this, node.args["decimals"]]
         if isinstance(node, exp.Nullif):
             operands = [node.this, node.expression]
-        return Call(_FUNCTIONS[name], [sub(o) for o in operands], sql)
+        compiled = [sub(o) for o in operands]
+        if isinstance(node, exp.Round | exp.Trunc) and len(compiled) == 2:
+            compiled[1] = _digits_literal(node, compiled[1])
+        return Call(_FUNCTIONS[name], compiled, sql)
     if isinstance(node, exp.Anonymous):
         name = str(node.this).lower()
         if name in scope.functions:

@@ -93,6 +93,7 @@ ALLOWED: dict[type[exp.Expression], frozenset[str]] = {
     exp.Length: _UNARY,
     exp.Coalesce: frozenset({"this", "expressions"}),
     exp.Round: frozenset({"this", "decimals"}),
+    exp.Trunc: frozenset({"this", "decimals"}),
     exp.Floor: _UNARY,
     exp.Ceil: _UNARY,
     exp.Sqrt: _UNARY,

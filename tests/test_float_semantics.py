@@ -109,6 +109,14 @@ def _check(sql: str, tables: dict[str, pa.Table]) -> None:
         "SELECT m % 0.1, k % 0.3, m % n, m % -0.07, 0.3 % 0.1, m % 3, -m % 0.3 FROM t WHERE n <> 0",
         "SELECT n % m, k % m, m % k, h % 0.0, g % 0, h % h, 1e300 % h, h % 0.1 FROM t",
         "SELECT m % 0 FROM t",  # a zero DECIMAL divisor is an error, as in DuckDB
+        # trunc, floor and ceil typed as DuckDB; CAST to FLOAT out of range is an error
+        "SELECT trunc(m), trunc(m, 1), trunc(k, 3), trunc(h), trunc(h, 2), trunc(g) FROM t",
+        "SELECT trunc(n), trunc(n, 2) FROM t",
+        "SELECT trunc(n, -1), trunc(m, -1), trunc(h, NULL), round(h, NULL), trunc(-2.5) FROM t",
+        "SELECT floor(n) + 2147483647, ceil(n), floor(m), ceil(m), floor(g), ceil(k) FROM t",
+        "SELECT floor(CAST(-99999.99 AS DECIMAL(7, 2))), ceil(CAST(99999.99 AS DECIMAL(7, 2)))",
+        "SELECT CAST(h * 1e300 AS FLOAT) FROM t",
+        "SELECT TRY_CAST(h * 1e300 AS FLOAT), CAST(h AS FLOAT) FROM t",
     ],
 )
 def test_float_decimal_semantics_match_duckdb(sql):
