@@ -12,6 +12,7 @@ from __future__ import annotations
 import decimal
 import re
 from collections.abc import Callable, Collection, Mapping
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 import numpy as np
@@ -20,9 +21,18 @@ import pyarrow.compute as pc
 from sqlglot import exp
 
 from eddies.engine import datetime_arith as dta
-from eddies.engine.errors import EddiesError, UnsupportedQueryError, describe
+from eddies.engine.errors import EddiesError, ExpressionError, UnsupportedQueryError, describe
 from eddies.engine.intervals import parse_span
-from eddies.router.expressions import Call, ColumnRef, Expr, FunctionSpec, Literal, UdfCall
+from eddies.router.expressions import (
+    KERNEL_ERRORS,
+    Call,
+    ColumnRef,
+    Env,
+    Expr,
+    FunctionSpec,
+    Literal,
+    UdfCall,
+)
 from eddies.sources.decimal_float import decimal_to_float
 
 
@@ -786,6 +796,98 @@ def _case(n_whens: int, has_default: bool) -> Callable[..., Any]:
     return fn
 
 
+@dataclass(eq=False)
+class Guarded(Expr):
+    """CASE (``n_whens`` WHENs) or COALESCE (``n_whens`` None) evaluated as DuckDB does: a
+    branch only over the rows that reach it, so ``CASE WHEN x <> 0 THEN 10 // x END`` and
+    ``coalesce(a, 10 // x)`` do not fail on the rows the guard keeps away.
+
+    ``eager`` (one vectorized call over every row, the common case) runs first; only when it
+    raises an :class:`ExpressionError` is the expression evaluated branch by branch over
+    the rows still undecided, and an error there is a real one. The result has the type
+    the eager call gives (its operands unified as DuckDB does).
+    """
+
+    eager: Call
+    n_whens: int | None
+    sql: object = ""
+
+    def eval(self, env: Env, n: int) -> Any:
+        try:
+            return self.eager.eval(env, n)
+        except ExpressionError:
+            if n == 0:  # a type error: no row to keep away
+                raise
+        pieces = self._case(env, n) if self.n_whens is not None else self._coalesce(env, n)
+        try:
+            return _assemble(pieces, n)
+        except KERNEL_ERRORS as exc:
+            raise ExpressionError(f"evaluating {self.sql} failed: {exc}") from exc
+
+    def children(self) -> list[Expr]:
+        return self.eager.args
+
+    def _case(self, env: Env, n: int) -> list[tuple[np.ndarray, Any]]:
+        args = self.eager.args
+        rows = np.arange(n)
+        pieces: list[tuple[np.ndarray, Any]] = []
+        for i in range(self.n_whens or 0):
+            cond = _as_bool(args[2 * i].eval(_rows_of(env, rows, args[2 * i]), len(rows)))
+            keep = _mask(pc.fill_null(cond, False), len(rows))
+            taken = rows[keep]
+            then = args[2 * i + 1]
+            pieces.append((taken, then.eval(_rows_of(env, taken, then), len(taken))))
+            rows = rows[~keep]
+        if len(args) % 2:  # ELSE
+            pieces.append((rows, args[-1].eval(_rows_of(env, rows, args[-1]), len(rows))))
+        else:
+            pieces.append((rows, pa.scalar(None)))
+        return pieces
+
+    def _coalesce(self, env: Env, n: int) -> list[tuple[np.ndarray, Any]]:
+        args = self.eager.args
+        rows = np.arange(n)
+        pieces: list[tuple[np.ndarray, Any]] = []
+        for i, arg in enumerate(args):  # every argument, on no rows once all are set: types
+            value = _plain(arg.eval(_rows_of(env, rows, arg), len(rows)))
+            if i == len(args) - 1:
+                set_ = np.ones(len(rows), dtype=bool)
+            elif isinstance(value, pa.Scalar):
+                set_ = np.full(len(rows), value.is_valid)
+            else:
+                set_ = _mask(pc.is_valid(value), len(rows))
+            kept = value if isinstance(value, pa.Scalar) else value.filter(pa.array(set_))
+            pieces.append((rows[set_], kept))
+            rows = rows[~set_]
+        return pieces
+
+
+def _rows_of(env: Env, rows: np.ndarray, expr: Expr) -> dict[Any, Any]:
+    """The part of ``env`` that ``expr`` reads, at ``rows`` (positions)."""
+    keys = [*expr.column_keys(), *expr.udf_calls()]
+    return {k: env[k].take(rows) for k in keys if k in env}
+
+
+def _mask(values: Any, n: int) -> np.ndarray:
+    if isinstance(values, pa.Scalar):
+        return np.full(n, bool(values.as_py()))
+    return np.asarray(values.to_numpy(zero_copy_only=False), dtype=bool)
+
+
+def _assemble(pieces: list[tuple[np.ndarray, Any]], n: int) -> pa.Array:
+    """One array of ``n`` values from (positions, values) pieces covering every row once:
+    the values unified as the eager call unifies them, then put back in row order."""
+    from eddies.router.expressions import broadcast
+
+    values = unify([v for _, v in pieces])
+    arrays = [broadcast(v, len(rows)) for (rows, _), v in zip(pieces, values, strict=True)]
+    positions = np.concatenate([rows for rows, _ in pieces])
+    merged = pa.concat_arrays(arrays)
+    order = np.empty(n, dtype=np.int64)
+    order[positions] = np.arange(n)
+    return merged.take(pa.array(order))
+
+
 def _broadcast_bool(c: Any, n: int) -> pa.Array:
     from eddies.router.expressions import broadcast
 
@@ -799,8 +901,16 @@ def _coalesce(*values: Any) -> Any:
 
 
 def _nullif(a: Any, b: Any) -> Any:
+    """``nullif(a, b)``: compared in the common type, of ``a``'s type as DuckDB types it
+    (``nullif(i16, 1e2)`` is a SMALLINT, not a DOUBLE; ``nullif('1', i)`` a VARCHAR) unless
+    ``a`` is NULL."""
     a2, b2 = unify([a, b])
-    return pc.if_else(pc.fill_null(_BINARY[exp.EQ](a2, b2), False), pa.scalar(None, a2.type), a2)
+    keep = _plain(a)
+    if keep.type == pa.null():
+        keep = a2
+    return pc.if_else(
+        pc.fill_null(_BINARY[exp.EQ](a2, b2), False), pa.scalar(None, keep.type), keep
+    )
 
 
 def _round(v: Any, d: Any = None) -> Any:
@@ -1932,12 +2042,12 @@ def _compile(node: exp.Expression, scope: Scope) -> Expr:
         if default is not None:
             args.append(sub(default))
         n_whens = len(node.args.get("ifs") or [])
-        return Call(_case(n_whens, default is not None), args, sql)
+        return Guarded(Call(_case(n_whens, default is not None), args, sql), n_whens, sql)
     if isinstance(node, exp.If):
         args = [sub(node.this), sub(node.args["true"])]
         if node.args.get("false") is not None:
             args.append(sub(node.args["false"]))
-        return Call(_case(1, len(args) == 3), args, sql)
+        return Guarded(Call(_case(1, len(args) == 3), args, sql), 1, sql)
     if isinstance(node, exp.Cast | exp.TryCast):
         safe = isinstance(node, exp.TryCast) or bool(node.args.get("safe"))
         cast = Call(_cast(_sql_type(node.to), safe), [sub(node.this)], sql)
@@ -1956,6 +2066,8 @@ def _compile(node: exp.Expression, scope: Scope) -> Expr:
         compiled = [sub(o) for o in operands]
         if isinstance(node, exp.Round | exp.Trunc) and len(compiled) == 2:
             compiled[1] = _digits_literal(node, compiled[1])
+        if name == "coalesce":
+            return Guarded(Call(_FUNCTIONS[name], compiled, sql), None, sql)
         return Call(_FUNCTIONS[name], compiled, sql)
     if isinstance(node, exp.Anonymous):
         name = str(node.this).lower()

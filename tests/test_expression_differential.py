@@ -333,6 +333,15 @@ U = pa.table({"j": pa.array([D("2.00"), D("2.50"), D("3.00"), None], pa.decimal1
         # a NULL literal takes the type its place needs (these were type errors)
         "SELECT upper(NULL), lower(NULL), length(NULL), NULL = NULL FROM t",
         "SELECT CASE NULL WHEN NULL THEN 1 ELSE 2 END, NULL <> NULL FROM t",
+        # a CASE or COALESCE branch runs only over the rows that reach it (n is 0 in a row)
+        "SELECT CASE WHEN n <> 0 THEN i // n END, CASE WHEN n = 0 THEN NULL ELSE i % n END FROM t",
+        "SELECT CASE WHEN n = 0 THEN -1 WHEN i // n > 0 THEN 1 ELSE 0 END FROM t",
+        "SELECT CASE n WHEN 0 THEN 0 ELSE i // n END, coalesce(i, 10 // n) FROM t",
+        "SELECT coalesce(1, i // n) FROM t",
+        "SELECT CASE WHEN n <> 0 THEN i // n ELSE f END, coalesce(m, f, i // n) FROM t",
+        "SELECT i FROM t WHERE CASE WHEN n <> 0 THEN i // n > 0 ELSE false END",
+        # nullif has its first argument's type
+        "SELECT nullif(n, 1.5), nullif(i, f) % 2, nullif('1', i), nullif(m, 2) FROM t",
     ],
 )
 def test_item2_semantics_match_duckdb(sql):
@@ -394,6 +403,8 @@ def test_int_decimal_join_through_index_ams(index_on):
         "SELECT CAST(m AS DECIMAL(3, 1)) FROM t",
         "SELECT i % 0 FROM t",
         "SELECT i // n FROM t",
+        "SELECT CASE WHEN n >= 0 THEN i // n END FROM t",  # a row with n = 0 reaches it
+        "SELECT coalesce(NULL, i // n) FROM t",
     ],
 )
 def test_overflow_and_bad_casts_are_eddies_errors(sql):
