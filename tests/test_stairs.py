@@ -596,7 +596,10 @@ def test_invariant_b_alone_allows_duplicates():
 def test_migration_with_udf_selections_in_flight(inline_visits):
     """An async UDF's SM answers through its queue (the eddy keeps routing meanwhile):
     migrations wait for a point of stasis, with no Work in flight, and results stay
-    DuckDB's."""
+    DuckDB's. Seeded (routing and trio's task order), since whether a point of stasis
+    with stored tuples comes depends on both: unseeded, most of these runs migrate
+    nothing (rank's, which weigh measured costs, hardly ever do) and all twelve could;
+    seeded, the lottery and naive runs at batch size 1 repeat, and migrate."""
     import trio
 
     async def even(x):
@@ -621,6 +624,7 @@ def test_migration_with_udf_selections_in_flight(inline_visits):
                         policy=policy,
                         batch_size=bs,
                         inline_visits=inline_visits,
+                        seed=0,
                         debug=True,
                     )
                     assert_same_bag(run.table, sql, tables, expected=expected)
