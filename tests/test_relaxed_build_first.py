@@ -78,19 +78,36 @@ def test_floating_tuples_give_every_result_once(data, shape, unbuilt, policy, ba
     assert_same_bag(run.table, sql, tables_used, context=f"unbuilt={unbuilt} {policy}")
 
 
+def _run_virtual(sql: str, cat: Catalog, **options) -> tuple[pa.Table, object]:
+    """(result table, RunStats) of a query run on trio's MockClock: a scan's ``delay`` and
+    ``rate`` pass in virtual time, only while every task waits, on any machine."""
+    got: dict = {}
+
+    async def main():
+        async with open_query(sql, cat, **options) as results:
+            got["batches"] = [batch async for batch in results]
+        got["stats"], got["schema"] = results.stats, results.schema
+
+    trio.run(main, clock=trio.testing.MockClock(autojump_threshold=0))
+    return pa.Table.from_batches(got["batches"], schema=got["schema"]), got["stats"]
+
+
 def test_floating_tuples_probe_incomplete_stems_again():
-    """With the built tables arriving slowly, floating tuples are bounced and re-probe."""
+    """With the built tables arriving slowly, floating tuples are bounced and re-probe.
+    Virtual time: s's pacing (``rate``) catches up after a stall, so on the wall clock a
+    loaded machine could let s arrive whole before r's tuples probe (unpaced, none
+    probes twice); on MockClock s's batches come only while everything else waits."""
     r = pa.table({"a": pa.array(list(range(50)) * 4, pa.int64()), "v": list(range(200))})
     s = pa.table({"a": pa.array(list(range(50)), pa.int64()), "w": list(range(50))})
     cat = Catalog()
     cat.add_table("r", r, build=False, batch_size=20)
     cat.add_table("s", s, rate=500.0, batch_size=5)
     sql = "SELECT r.v, s.w FROM r JOIN s ON r.a = s.a"
-    run = run_query(sql, cat, debug=True)
-    assert_same_bag(run.table, sql, {"r": r, "s": s})
-    probes = run.stats.modules["probe:s"]
+    table, stats = _run_virtual(sql, cat, debug=True)
+    assert_same_bag(table, sql, {"r": r, "s": s})
+    probes = stats.modules["probe:s"]
     assert probes.tuples_in > r.num_rows, "no floating tuple probed stem:s a second time"
-    assert "build:r" not in run.stats.modules  # r has no SteM at all
+    assert "build:r" not in stats.modules  # r has no SteM at all
 
 
 def test_explain_shows_floating_signatures():
@@ -177,17 +194,9 @@ def test_late_table_is_not_built_once_the_others_are_final():
     cat.add_table("r", r)
     cat.add_table("s", s, delay=0.3, batch_size=16)
     sql = "SELECT r.v, s.w FROM r JOIN s ON r.a = s.a WHERE s.w > 10"
-    got: dict = {}
-
-    async def main():
-        async with open_query(sql, cat, debug=True) as results:
-            got["batches"] = [batch async for batch in results]
-        got["stats"] = results.stats
-
     # Virtual time: s's delay passes only once r is scanned and built, on any machine.
-    trio.run(main, clock=trio.testing.MockClock(autojump_threshold=0))
-    stats = got["stats"]
-    assert_same_bag(pa.Table.from_batches(got["batches"]), sql, {"r": r, "s": s})
+    table, stats = _run_virtual(sql, cat, debug=True)
+    assert_same_bag(table, sql, {"r": r, "s": s})
     # Every s tuple that reached its build was not stored: at least the 53 that pass
     # s.w > 10 and r's key filter (a in {2, 3}: r's SteM is complete, so the filter may
     # drop s tuples before their build), at most all 100.

@@ -596,7 +596,10 @@ def test_invariant_b_alone_allows_duplicates():
 def test_migration_with_udf_selections_in_flight(inline_visits):
     """An async UDF's SM answers through its queue (the eddy keeps routing meanwhile):
     migrations wait for a point of stasis, with no Work in flight, and results stay
-    DuckDB's."""
+    DuckDB's. Seeded (routing and trio's task order), since whether a point of stasis
+    with stored tuples comes depends on both: unseeded, most of these runs migrate
+    nothing (rank's, which weigh measured costs, hardly ever do) and all twelve could;
+    seeded, the lottery and naive runs at batch size 1 repeat, and migrate."""
     import trio
 
     async def even(x):
@@ -621,6 +624,7 @@ def test_migration_with_udf_selections_in_flight(inline_visits):
                         policy=policy,
                         batch_size=bs,
                         inline_visits=inline_visits,
+                        seed=0,
                         debug=True,
                     )
                     assert_same_bag(run.table, sql, tables, expected=expected)
@@ -926,7 +930,10 @@ def test_priority_buffer_merges_small_batches_of_the_popped_signature():
 @pytest.mark.parametrize("seed", [1, 2, 3])
 def test_merging_under_random_migrations_gives_every_result_once(seed):
     """Merged batches and migrations together (forced random migrations, batch sizes 1
-    and 7, every policy): DuckDB's result, each row once (debug)."""
+    and 7, every policy): DuckDB's result, each row once (debug). Seeded (routing and
+    trio's task order): whether paths meet and merge depends on both, and unseeded most
+    runs merge nothing (lottery, rank, bandit, hybrid 10 to 15 of 15 runs); seeded, the
+    random and naive runs repeat, and each merges."""
     tables = _chain_tables(40)
     sql = "SELECT r.x, u.y FROM r, s, t, u WHERE r.a = s.a AND s.b = t.b AND t.c = u.c"
     cat = make_catalog(tables)
@@ -935,7 +942,13 @@ def test_merging_under_random_migrations_gives_every_result_once(seed):
         for policy in POLICIES:
             for bs in (1, 7):
                 run = run_query(
-                    sql, cat, join_state="stairs", policy=policy, batch_size=bs, debug=True
+                    sql,
+                    cat,
+                    join_state="stairs",
+                    policy=policy,
+                    batch_size=bs,
+                    seed=0,
+                    debug=True,
                 )
                 assert_same_bag(run.table, sql, tables, context=f"policy={policy} bs={bs}")
                 merged += run.stats.coalesced_batches

@@ -292,7 +292,33 @@ async def test_a_dropped_connection_is_an_error():
         assert server.app.counts["lookup drop"] == 2
 
 
-async def test_scan_waits_out_the_rate_limit():
+class _WaitedClock:
+    """Stands in for ``trio`` in demo_server (its clock) and in the web client (its
+    sleeps): the server's time is what the client has waited, so requests are as far
+    apart as the client's waits make them, however slow the machine (on the wall clock
+    a stall of 0.1 s between two requests would refill the bucket). Otherwise trio."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __getattr__(self, name: str):
+        return getattr(trio, name)
+
+    def current_time(self) -> float:
+        return self.now
+
+    async def sleep(self, seconds: float) -> None:
+        self.now += seconds
+        await trio.sleep(seconds)
+
+
+async def test_scan_waits_out_the_rate_limit(monkeypatch):
+    from eddies.sources import demo_server
+    from eddies.sources import web as web_source
+
+    clock = _WaitedClock()
+    monkeypatch.setattr(demo_server, "trio", clock)
+    monkeypatch.setattr(web_source, "trio", clock)
     config = DemoServerConfig(faults={"events.scan": {"rate_limit": 10.0}})
     async with _server(config) as server:
         # 10 per second, no bursts: a second request within 0.1 s is turned away.
@@ -306,7 +332,10 @@ async def test_scan_waits_out_the_rate_limit():
         web = WebTable(server.url, "events", page_size=4, retries=2, backoff=0.001)
         pages = [page async for page in web.scan()]
         assert_same_table(pa.concat_tables(pages), EVENTS)
-        assert server.app.counts["scan 429"] >= 3
+        # Each page was turned away once and fetched after its 0.1 s wait (the client's
+        # second request was the fourth 429).
+        assert server.app.counts["scan 429"] == 4 and server.app.counts["scan 200"] == 4
+        assert clock.now == pytest.approx(3 * 0.1)
 
 
 async def test_fail_after_fails_every_request():
