@@ -41,6 +41,8 @@ ENV_VAR = "EDDIES_PRECISE_CLOCK"
 EPOLL_UNIT = 0.001
 #: Longer waits are handed to epoll as they are (trio caps them at a day anyway).
 _UNROUNDED_ABOVE = 86_400.0
+#: How far under a whole number of milliseconds a wait is handed to epoll (in ms).
+_UNDER = 0.001
 
 
 class PreciseClock(trio.abc.Clock):
@@ -75,7 +77,10 @@ class PreciseClock(trio.abc.Clock):
         if remaining >= _UNROUNDED_ABOVE:
             return remaining
         if remaining >= EPOLL_UNIT:
-            return math.floor(remaining / EPOLL_UNIT) * EPOLL_UNIT
+            # A hair under the whole milliseconds: 9 * 0.001 is 0.009000000000000001 in
+            # binary, which CPython would round up to 10 ms, the very overshoot avoided here.
+            whole = math.floor(remaining / EPOLL_UNIT)
+            return (whole - _UNDER) * EPOLL_UNIT
         self._sleep(remaining)
         return 0.0
 

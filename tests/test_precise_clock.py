@@ -28,24 +28,27 @@ class FakeTime:
 
 
 @pytest.mark.parametrize(
-    ("remaining", "handed_to_epoll", "slept"),
+    ("remaining", "epoll_ms", "slept"),
     [
-        (0.0103, 0.010, []),  # epoll would round 10.3 ms up to 11 ms: 10 ms, then the rest
-        (0.010, 0.010, []),
-        (0.0019, 0.001, []),
-        (0.001, 0.001, []),
-        (0.00025, 0.0, [0.00025]),  # under a millisecond: slept here, epoll not waited on
-        (0.0, 0.0, []),
-        (-0.5, 0.0, []),  # a deadline already passed
+        (0.0103, 10, []),  # epoll would round 10.3 ms up to 11 ms: 10 ms, then the rest
+        (0.010, 10, []),
+        (0.009, 9, []),  # 9 * 0.001 is 0.009000000000000001: CPython would wait 10 ms
+        (0.0019, 1, []),
+        (0.001, 1, []),
+        (0.00025, 0, [0.00025]),  # under a millisecond: slept here, epoll not waited on
+        (0.0, 0, []),
+        (-0.5, 0, []),  # a deadline already passed
     ],
 )
-def test_whole_milliseconds_to_epoll_and_the_remainder_slept(remaining, handed_to_epoll, slept):
+def test_whole_milliseconds_to_epoll_and_the_remainder_slept(remaining, epoll_ms, slept):
+    """The wait handed to epoll is ``epoll_ms`` once CPython rounds it up to whole
+    milliseconds (as ``select.epoll.poll`` does), and never past the deadline."""
     fake = FakeTime()
     clock = PreciseClock(now=lambda: fake.now, sleep=fake.sleep)
     assert clock.current_time() == fake.now
     got = clock.deadline_to_sleep_time(fake.now + remaining)
-    assert got == pytest.approx(handed_to_epoll, abs=1e-12)
-    assert got <= max(remaining, 0.0)  # never past the deadline
+    assert math.ceil(round(got * 1e9) / 1e6) == epoll_ms  # seconds -> ns -> ms, rounded up
+    assert got <= max(remaining, 0.0)
     assert fake.slept == pytest.approx(slept)
 
 
@@ -60,8 +63,8 @@ def test_a_wait_ends_at_its_deadline_not_a_millisecond_after():
         wait = clock.deadline_to_sleep_time(deadline)
         waits.append(wait)
         fake.now += wait  # epoll returns at its timeout
-    assert waits[0] == pytest.approx(0.010) and waits[1:] and not any(waits[1:])
-    assert sum(fake.slept) == pytest.approx(0.0003)
+    assert math.ceil(round(waits[0] * 1e9) / 1e6) == 10 and not any(waits[1:])
+    assert sum(fake.slept) == pytest.approx(0.0003, abs=2e-6)
     assert fake.now == pytest.approx(deadline)
 
 
