@@ -1934,13 +1934,26 @@ class _LazySql:
 LazySql = _LazySql
 
 
+def _unknown_match(v: Any) -> Any:
+    """``v LIKE NULL``: a NULL BOOLEAN per row; ``v`` must still be text (or NULL)."""
+    v = _plain(v)
+    if not (_is_stringy(v.type) or v.type == pa.null()):
+        raise TypeError(f"LIKE needs text, got {v.type}")
+    if isinstance(v, pa.Scalar):
+        return pa.scalar(None, pa.bool_())
+    return pa.nulls(len(v), pa.bool_())
+
+
 def _compile_like(
     node: exp.Expression, escape: str | None, scope: Scope, sql: Any, negate: bool = False
 ) -> Expr:
     pattern = node.expression
-    if not (isinstance(pattern, exp.Literal) and pattern.is_string):
+    if isinstance(pattern, exp.Null):  # x LIKE NULL is NULL for every row, as in DuckDB
+        fn: Callable[[Any], Any] = _unknown_match
+    elif not (isinstance(pattern, exp.Literal) and pattern.is_string):
         raise UnsupportedQueryError(f"{describe(node)}: LIKE needs a string literal pattern")
-    fn = _like(pattern.this, escape, isinstance(node, exp.ILike))
+    else:
+        fn = _like(pattern.this, escape, isinstance(node, exp.ILike))
     expr: Expr = Call(fn, [compile_expr(node.this, scope)], sql)
     if negate:  # NOT LIKE ... ESCAPE: the flag is on the LIKE under the Escape node
         expr = Call(_not, [expr], sql)

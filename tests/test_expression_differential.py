@@ -340,6 +340,9 @@ U = pa.table({"j": pa.array([D("2.00"), D("2.50"), D("3.00"), None], pa.decimal1
         "SELECT coalesce(1, i // n) FROM t",
         "SELECT CASE WHEN n <> 0 THEN i // n ELSE f END, coalesce(m, f, i // n) FROM t",
         "SELECT i FROM t WHERE CASE WHEN n <> 0 THEN i // n > 0 ELSE false END",
+        # LIKE NULL is NULL for every row
+        "SELECT s LIKE NULL, s NOT LIKE NULL, c ILIKE NULL FROM t",
+        "SELECT i FROM t WHERE s LIKE NULL OR i > 1",
         # nullif has its first argument's type
         "SELECT nullif(n, 1.5), nullif(i, f) % 2, nullif('1', i), nullif(m, 2) FROM t",
     ],
