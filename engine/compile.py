@@ -1169,6 +1169,19 @@ def _pad(left: bool) -> Callable[[Any, int, str], Any]:
     return fn
 
 
+def _integer_width(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """``lpad``/``rpad`` take an INTEGER width, as DuckDB's: a BIGINT (or UINTEGER and
+    wider) one is refused there (no implicit narrowing), so it is here."""
+
+    def checked(s: Any, width: Any, fill: Any) -> Any:
+        t = _plain(width).type
+        if pa.types.is_integer(t) and (t.bit_width > 32 or t == pa.uint32()):
+            raise TypeError(f"the width of lpad/rpad must be an INTEGER, not {t}; CAST it")
+        return fn(s, width, fill)
+
+    return checked
+
+
 def _split_part(s: Any, delimiter: str, index: int) -> Any:
     """``split_part(s, delimiter, index)``: the index-th field (1-based; negative counts from
     the end); '' where there is no such field; an empty delimiter splits into characters."""
@@ -1780,7 +1793,7 @@ def _compile_function(
         return _per_params(_right, _STR), ops("this", "expression")
     if isinstance(node, exp.Pad):
         fn = _pad(bool(node.args.get("is_left")))
-        return _per_params(fn, _STR), ops("this", "expression", "fill_pattern")
+        return _integer_width(_per_params(fn, _STR)), ops("this", "expression", "fill_pattern")
     if isinstance(node, exp.SplitPart):
         return _per_params(_split_part, _STR), ops("this", "delimiter", "part_index")
     if isinstance(node, exp.StrPosition):

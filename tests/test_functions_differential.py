@@ -332,6 +332,9 @@ def test_pinned_function_edge_cases(call):
         ("SELECT regexp_matches(s, 'a', 'x') FROM t", "Unrecognized Regex option x"),
         ("SELECT regexp_matches(s, 'a', 'g') FROM t", "only valid for regexp_replace"),
         ("SELECT regexp_extract(s, 'a', 10) FROM t", "Group index must be between 0 and 9"),
+        # DuckDB's lpad/rpad take an INTEGER width and do not narrow a BIGINT
+        ("SELECT lpad(s, 3000000000, 'x') FROM t", "width of lpad/rpad must be an INTEGER"),
+        ("SELECT rpad(s, CAST(2 AS BIGINT), 'x') FROM t", "width of lpad/rpad must be an INTEGER"),
     ],
 )
 def test_value_errors_name_the_call(sql, message):
