@@ -862,6 +862,55 @@ class Guarded(Expr):
         return pieces
 
 
+#: Operators DuckDB folds to a NULL constant when an operand is a NULL constant, so that
+#: the other operand is never evaluated (AND, OR, IN, BETWEEN, COALESCE, concat() and
+#: greatest() are not folded: they may still give a value, or DuckDB evaluates them).
+_NULL_FOLDING = (
+    exp.Add,
+    exp.Sub,
+    exp.Mul,
+    exp.Div,
+    exp.Mod,
+    exp.IntDiv,
+    exp.EQ,
+    exp.NEQ,
+    exp.GT,
+    exp.GTE,
+    exp.LT,
+    exp.LTE,
+    exp.DPipe,
+)
+
+
+def _is_null(expr: Expr) -> bool:
+    """A NULL constant: a NULL literal, or an operation folded to NULL."""
+    return isinstance(expr, NullFolded) or (isinstance(expr, Literal) and not expr.value.is_valid)
+
+
+@dataclass(eq=False)
+class NullFolded(Expr):
+    """An operation with a NULL constant operand (``(10 // x) + NULL``, ``s LIKE NULL``,
+    ``round(x, NULL)``): NULL on every row, as DuckDB's optimizer folds it before running,
+    so an error in the other operand (a division by zero) never surfaces. The call runs as
+    usual (its type, and the common case); only if it raises are NULLs of its type given.
+    """
+
+    call: Call
+    sql: object = ""
+
+    def eval(self, env: Env, n: int) -> Any:
+        try:
+            return self.call.eval(env, n)
+        except ExpressionError:
+            if n == 0:  # a type error
+                raise
+            empty = _rows_of(env, np.zeros(0, dtype=np.int64), self.call)
+            return pa.nulls(n, _plain(self.call.eval(empty, 0)).type)
+
+    def children(self) -> list[Expr]:
+        return [self.call]
+
+
 def _rows_of(env: Env, rows: np.ndarray, expr: Expr) -> dict[Any, Any]:
     """The part of ``env`` that ``expr`` reads, at ``rows`` (positions)."""
     keys = [*expr.column_keys(), *expr.udf_calls()]
@@ -1968,6 +2017,8 @@ def _compile_like(
     else:
         fn = _like(pattern.this, escape, isinstance(node, exp.ILike))
     expr: Expr = Call(fn, [compile_expr(node.this, scope)], sql)
+    if fn is _unknown_match:
+        expr = NullFolded(expr, sql)
     if negate:  # NOT LIKE ... ESCAPE: the flag is on the LIKE under the Escape node
         expr = Call(_not, [expr], sql)
     return expr
@@ -2023,7 +2074,10 @@ def _compile(node: exp.Expression, scope: Scope) -> Expr:
             literal = (_integer_literal(node.this, left), _integer_literal(node.expression, right))
             if literal[0] != literal[1]:  # one side: it fits the other; both: INTEGER op INTEGER
                 kernel = _literal_fitting(kernel, 0 if literal[0] else 1)
-        return Call(kernel, [left, right], sql)
+        call = Call(kernel, [left, right], sql)
+        if isinstance(node, _NULL_FOLDING) and (_is_null(left) or _is_null(right)):
+            return NullFolded(call, sql)
+        return call
     if isinstance(node, exp.Between):
         ge, le = _BINARY[exp.GTE], _BINARY[exp.LTE]
         return Call(
@@ -2092,6 +2146,8 @@ def _compile(node: exp.Expression, scope: Scope) -> Expr:
         compiled = [sub(o) for o in operands]
         if isinstance(node, exp.Round | exp.Trunc) and len(compiled) == 2:
             compiled[1] = _digits_literal(node, compiled[1])
+            if _is_null(compiled[1]):
+                return NullFolded(Call(_FUNCTIONS[name], compiled, sql), sql)
         if name == "coalesce":
             return Guarded(Call(_FUNCTIONS[name], compiled, sql), None, sql)
         return Call(_FUNCTIONS[name], compiled, sql)

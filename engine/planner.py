@@ -48,7 +48,7 @@ from eddies.engine.pushdown import needed_columns, scan_filter
 from eddies.engine.sql import QueryBlock, TableRef, parse_query
 from eddies.modules.key_encoding import common_kind, key_kind, wider_kind
 from eddies.modules.selection import works_at_once
-from eddies.router.expressions import ColumnRef, Expr, FunctionSpec, check_types
+from eddies.router.expressions import Call, ColumnRef, Expr, FunctionSpec, check_types
 from eddies.router.query_graph import (
     AccessInfo,
     AccessKind,
@@ -456,6 +456,7 @@ def _plan_predicates(
             raise QueryTypeError(f"WHERE/ON condition {describe(node)} is {result}, not boolean")
         if (
             isinstance(node, exp.EQ)
+            and isinstance(expr, Call)
             and isinstance(expr.args[0], ColumnRef)
             and isinstance(expr.args[1], ColumnRef)
         ):
