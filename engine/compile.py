@@ -271,11 +271,18 @@ def _float_result(a: Any, b: Any) -> pa.DataType:
     return pa.float32() if target == pa.float32() else pa.float64()
 
 
+def _no_boolean(a: Any, b: Any, op: str) -> None:
+    """DuckDB has no arithmetic on BOOLEAN (Arrow's ``+ - *`` refuse it themselves)."""
+    if pa.types.is_boolean(a.type) or pa.types.is_boolean(b.type):
+        raise TypeError(f"no {op} for BOOLEAN operands ({a.type} {op} {b.type})")
+
+
 def _divide(a: Any, b: Any) -> Any:
     """``/`` as DuckDB: DOUBLE (FLOAT over FLOAT operands), IEEE on a zero divisor
     (1/0 = inf, 0/0 = NaN). A FLOAT quotient is the DOUBLE quotient of the FLOAT operands
     rounded once more, which is the correctly rounded FLOAT quotient (53 >= 2 * 24 + 2)."""
     a, b = _unify_null(a, b)
+    _no_boolean(a, b, "/")
     target = _float_result(a, b)
     if target == pa.float32():
         a, b = cast_to(a, target), cast_to(b, target)
@@ -294,6 +301,7 @@ def _modulo(a: Any, b: Any) -> Any:
     """``%``: the remainder with the dividend's sign (C's fmod), as DuckDB: a zero divisor
     is an error over integers and DECIMALs and NaN where a float is involved."""
     a, b = _unify_null(a, b)
+    _no_boolean(a, b, "%")
     floating = pa.types.is_floating(a.type) or pa.types.is_floating(b.type)
     if not floating:
         _check_divisor(a, b)
@@ -412,6 +420,7 @@ def _fmod(a: Any, b: Any) -> Any:
 def _integer_divide(a: Any, b: Any) -> Any:
     """``//``: truncating division on integers; on other numbers DuckDB divides as ``/``."""
     a, b = _unify_null(a, b)
+    _no_boolean(a, b, "//")
     _check_divisor(a, b)
     if _is_int(a) and _is_int(b):
         target = common_type([a.type, b.type])
@@ -968,8 +977,13 @@ def _round(v: Any, d: Any = None) -> Any:
     if d is not None and not d.is_valid:  # round(x, NULL) is NULL
         return pa.scalar(None, v.type) if isinstance(v, pa.Scalar) else pa.nulls(len(v), v.type)
     digits = 0 if d is None else d.as_py()
-    if pa.types.is_integer(v.type) and digits >= 0:
-        return v
+    if pa.types.is_integer(v.type):
+        # DuckDB: a signed integer keeps its type, an unsigned one becomes a BIGINT
+        # (round(u8, -1) of 255 is 260); an overflow is an error, as there.
+        if pa.types.is_unsigned_integer(v.type) and v.type.bit_width < 64:
+            v = cast_to(v, pa.int64())
+        if digits >= 0:
+            return v
     if pa.types.is_decimal(v.type):
         return _decimal_round(v, digits)
     return _round_half_away(v, digits)

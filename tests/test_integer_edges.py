@@ -93,6 +93,22 @@ def test_integer_literals_take_the_other_operands_type_as_in_duckdb(expr):
 @pytest.mark.parametrize(
     "sql",
     [
+        # round keeps a signed integer's type and makes an unsigned one a BIGINT
+        "SELECT round(s), round(s, -1), round(s, -2) * 256, round(n, -1), round(g, 2) FROM x, t",
+        "SELECT round(i, -1) FROM x",  # 127 rounds to 130: TINYINT overflow, both engines
+        "SELECT round(a, -1) FROM t",  # 2**63 - 1 rounds past BIGINT
+        # no arithmetic on BOOLEAN in DuckDB
+        "SELECT (s > 1) / 2 FROM x",
+        "SELECT (s > 1) % 2, 2 // (s > 1) FROM x",
+    ],
+)
+def test_round_and_boolean_arithmetic_as_in_duckdb(sql):
+    check_all(sql, TABLES, policies=("hybrid",), batch_sizes=(None,), errors_too=True)
+
+
+@pytest.mark.parametrize(
+    "sql",
+    [
         "SELECT s + 1 FROM x",  # 255 + 1 overflows UTINYINT (DuckDB: an Out of Range error)
         "SELECT 1 - s FROM x",
         "SELECT s * 2 FROM x",
