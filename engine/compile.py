@@ -1037,11 +1037,12 @@ def _trunc(v: Any, d: Any = None) -> Any:
         return cast_to(pc.multiply(pc.divide(wide, step), step), v.type)  # divide truncates
     if not (pa.types.is_decimal(v.type) or pa.types.is_floating(v.type)):
         raise TypeError(f"trunc needs a number, got {v.type}")
-    out = pc.round(v, ndigits=digits, round_mode="towards_zero")
-    if pa.types.is_decimal(v.type):
-        scale = max(0, min(digits, v.type.scale))
-        return pc.cast(out, pa.decimal128(v.type.precision, scale))
-    return out
+    if pa.types.is_decimal(v.type):  # Arrow wants a digit to spare (0.5 is DECIMAL(1, 1))
+        t = v.type
+        wider = pa.decimal128(min(MAX_DECIMAL_PRECISION, t.precision + 1), t.scale)
+        out = pc.round(pc.cast(v, wider), ndigits=digits, round_mode="towards_zero")
+        return pc.cast(out, pa.decimal128(t.precision, max(0, min(digits, t.scale))))
+    return pc.round(v, ndigits=digits, round_mode="towards_zero")
 
 
 def _null_as_text(v: Any) -> Any:

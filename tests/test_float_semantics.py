@@ -115,6 +115,7 @@ def _check(sql: str, tables: dict[str, pa.Table]) -> None:
         "SELECT trunc(n, -1), trunc(m, -1), trunc(h, NULL), round(h, NULL), trunc(-2.5) FROM t",
         "SELECT floor(n) + 2147483647, ceil(n), floor(m), ceil(m), floor(g), ceil(k) FROM t",
         "SELECT floor(CAST(-99999.99 AS DECIMAL(7, 2))), ceil(CAST(99999.99 AS DECIMAL(7, 2)))",
+        "SELECT trunc(-0.5), trunc(0.5), trunc(0.05, 1), trunc(-9.99, 1)",
         "SELECT CAST(h * 1e300 AS FLOAT) FROM t",
         "SELECT TRY_CAST(h * 1e300 AS FLOAT), CAST(h AS FLOAT) FROM t",
     ],
