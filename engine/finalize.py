@@ -16,9 +16,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from eddies.engine.errors import ExpressionError
+from eddies.engine.errors import EddiesError, ExpressionError
 from eddies.engine.planner import FinalizeSpec
-from eddies.router.expressions import Call, evaluate_async, mask_of
+from eddies.router.expressions import KERNEL_ERRORS, Call, evaluate_async, mask_of
 from eddies.sources.decimal_float import as_double
 
 
@@ -53,6 +53,25 @@ class Finalizer:
         return pa.RecordBatch.from_arrays(columns, names=names)
 
     async def push(self, batch: pa.RecordBatch) -> list[pa.RecordBatch]:
+        """What may leave after ``batch`` (streaming), else nothing (collected). Raises an
+        ExpressionError where a kernel fails on the values (never pyarrow's own error)."""
+        try:
+            return await self._push(batch)
+        except EddiesError:
+            raise
+        except KERNEL_ERRORS as exc:
+            raise ExpressionError(f"computing the query's result failed: {_reason(exc)}") from exc
+
+    async def finish(self) -> list[pa.RecordBatch]:
+        """The rest of the result once the eddy is done; errors as :meth:`push`."""
+        try:
+            return await self._finish()
+        except EddiesError:
+            raise
+        except KERNEL_ERRORS as exc:
+            raise ExpressionError(f"computing the query's result failed: {_reason(exc)}") from exc
+
+    async def _push(self, batch: pa.RecordBatch) -> list[pa.RecordBatch]:
         spec = self.spec
         n = batch.num_rows
         if n == 0 or self.satisfied or spec.limit == 0:
@@ -94,7 +113,7 @@ class Finalizer:
             self._remaining -= out.num_rows
         return out
 
-    async def finish(self) -> list[pa.RecordBatch]:
+    async def _finish(self) -> list[pa.RecordBatch]:
         spec = self.spec
         if spec.streaming:
             return []
@@ -223,6 +242,11 @@ class Finalizer:
 
 
 _POPULATION = pc.VarianceOptions(ddof=0)
+
+
+def _reason(exc: BaseException) -> str:
+    """The first line of a library error."""
+    return str(exc).splitlines()[0] if str(exc) else type(exc).__name__
 
 
 def _population(a: Any) -> bool:

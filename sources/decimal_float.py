@@ -70,7 +70,11 @@ def _divided(values: pa.Array, scale: int) -> pa.Array:
 
 def as_double(values: Any) -> Any:
     """``values`` (any numeric Arrow array, chunked array or scalar) as float64, decimals
-    correctly rounded (:func:`decimal_to_float`), other types by Arrow's cast."""
+    correctly rounded (:func:`decimal_to_float`), integers rounded to the nearest double
+    as DuckDB casts them (Arrow's safe cast refuses integers beyond 2**53), other types by
+    Arrow's cast."""
     if pa.types.is_decimal(values.type):
         return decimal_to_float(values, pa.float64())
+    if pa.types.is_integer(values.type):
+        return values.cast(pa.float64(), safe=False)
     return values.cast(pa.float64())
