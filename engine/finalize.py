@@ -136,7 +136,7 @@ class Finalizer:
         end = None if spec.limit is None else spec.offset + spec.limit
         table = table.slice(spec.offset, None if end is None else max(0, end - spec.offset))
         columns = [
-            c.combine_chunks() if c.type == f.type else c.combine_chunks().cast(f.type)
+            _as_type(c.combine_chunks(), f.type)
             for c, f in zip(table.columns, self.schema, strict=True)
         ]
         return [pa.RecordBatch.from_arrays(columns, schema=self.schema)]
@@ -242,6 +242,16 @@ class Finalizer:
 
 
 _POPULATION = pc.VarianceOptions(ddof=0)
+
+
+def _as_type(column: pa.Array, target: pa.DataType) -> pa.Array:
+    """``column`` in the plan's type; all NULL (an aggregate over no rows, computed over
+    placeholder INT64 columns) it is NULLs of that type, whatever casts allow."""
+    if column.type == target:
+        return column
+    if column.null_count == len(column):
+        return pa.nulls(len(column), target)
+    return column.cast(target)
 
 
 def _reason(exc: BaseException) -> str:
@@ -462,6 +472,39 @@ def _sorted_groups(
     return flat, counts, starts
 
 
+def _distinct_aggregate(lists: Any, function: str) -> pa.Array:
+    """``SUM``/``AVG(DISTINCT x)`` per group from its collected values: the distinct non-NULL
+    values (as grouping sees them: -0.0 is 0.0, NaN one value) summed or averaged, NULL for
+    a group without any. Types as for the plain aggregate: an integer sum is exact (in 38
+    digits) and must fit BIGINT, a DECIMAL sum has 38 digits, AVG is a DOUBLE."""
+    lists = lists.combine_chunks() if isinstance(lists, pa.ChunkedArray) else lists
+    flat = _group_value(pc.list_flatten(lists))
+    pairs = pa.table({"p": pc.list_parent_indices(lists), "v": flat})
+    pairs = pairs.filter(pc.is_valid(pairs.column("v")))
+    unique = pairs.group_by(["p", "v"], use_threads=False).aggregate([])
+    values = unique.column("v")
+    if function == "mean":
+        values, target = as_double(values), pa.float64()
+    elif pa.types.is_integer(flat.type) or flat.type == pa.null():
+        values, target = values.cast(pa.decimal128(38, 0)), pa.int64()
+    elif pa.types.is_decimal(flat.type):
+        values = values.cast(pa.decimal128(38, flat.type.scale))
+        target = values.type
+    else:
+        target = pa.float64()
+        values = values.cast(target)
+    kernel = "mean" if function == "mean" else "sum"
+    per_group = (
+        pa.table({"p": unique.column("p"), "v": values})
+        .group_by("p", use_threads=False)
+        .aggregate([("v", kernel)])
+    )
+    results = per_group.column(f"v_{kernel}").cast(target)  # an integer sum past BIGINT raises
+    where = np.full(len(lists), -1, dtype=np.int64)
+    where[per_group.column("p").to_numpy(zero_copy_only=False)] = np.arange(per_group.num_rows)
+    return results.take(pa.array(where, mask=where < 0))
+
+
 def _list_post(lists: Any, post: tuple) -> pa.Array:
     """Finish an aggregate collected with pyarrow's ``list`` kernel, one value per group:
     ``("quantile", q)`` continuous quantile (median: q = 0.5), interpolated as DuckDB's
@@ -470,6 +513,8 @@ def _list_post(lists: Any, post: tuple) -> pa.Array:
     joined, in ORDER BY order if given. NULL for a group without values."""
     kind = post[0]
     n_groups = len(lists)
+    if kind == "distinct":
+        return _distinct_aggregate(lists, post[1])
     if kind == "quantile":
         flat, counts, starts = _sorted_groups(
             lists, [(lambda f: f, False, False)], lambda f: pc.is_valid(f)

@@ -1076,12 +1076,18 @@ def _aggregate_call(node: exp.Expression, scope: BaseScope) -> AggregateCall:
     if function is None:
         raise UnsupportedQueryError(f"aggregate {describe(node)} is not supported")
     arg = node.this
+    distinct_post = None
     if isinstance(arg, exp.Distinct):
-        if function != "count" or len(arg.expressions) != 1:
+        if function not in ("count", "sum", "mean", "min", "max") or len(arg.expressions) != 1:
             raise UnsupportedQueryError(
-                f"{describe(node)}: DISTINCT is supported in COUNT(DISTINCT x) only"
+                f"{describe(node)}: DISTINCT is supported in COUNT, SUM, AVG, MIN and MAX "
+                "of one argument"
             )
-        function, arg = "count_distinct", arg.expressions[0]
+        arg = arg.expressions[0]
+        if function == "count":
+            function = "count_distinct"
+        elif function in ("sum", "mean"):  # over each group's distinct values (finalize)
+            distinct_post = ("distinct", function)
     if isinstance(arg, exp.Star):
         if function != "count":
             raise UnsupportedQueryError(f"{describe(node)}: '*' is only allowed in COUNT(*)")
@@ -1090,6 +1096,8 @@ def _aggregate_call(node: exp.Expression, scope: BaseScope) -> AggregateCall:
         raise UnsupportedQueryError(f"aggregate {describe(node)} takes exactly one argument")
     if arg.find(exp.AggFunc):
         raise UnsupportedQueryError(f"nested aggregate in {describe(node)} is not supported")
+    if distinct_post is not None:
+        return AggregateCall("list", compile_expr(arg, scope), sql, post=distinct_post)
     return AggregateCall(function, compile_expr(arg, scope), sql)
 
 
@@ -1157,6 +1165,9 @@ def _aggregate_type(call: AggregateCall, types: dict, node: exp.Expression) -> p
         return pa.string()
     if call.post is not None and call.post[0] == "arg":
         return arg_type
+    if call.post is not None and call.post[0] == "distinct":  # SUM/AVG(DISTINCT x)
+        plain = AggregateCall(call.post[1], call.arg, call.sql)
+        return _aggregate_type(plain, types, node)
     if call.function in ("stddev", "variance") or call.post is not None:
         if not (
             pa.types.is_integer(arg_type)

@@ -80,6 +80,10 @@ AGGREGATES = [
     "min(s)",
     "max({n})",
     "count(DISTINCT s)",
+    "sum(DISTINCT {n})",
+    "avg(DISTINCT {n})",
+    "min(DISTINCT {n})",
+    "max(DISTINCT s)",
     "median({n})",
     "quantile_cont({n}, 0.25)",
     "quantile_cont({n}, 1)",
@@ -169,6 +173,14 @@ EDGE = _table(
         "SELECT g, arg_min(s, k), arg_max(s, k), arg_max(k, x) FROM t GROUP BY g",
         "SELECT g, string_agg(s, '|' ORDER BY k DESC, s) FROM t GROUP BY g",
         "SELECT string_agg(s, ',' ORDER BY s) FILTER (WHERE k > 0) FROM t",
+        # SUM/AVG over each group's distinct values (NaN one value, -0.0 = 0.0)
+        "SELECT g, sum(DISTINCT k), avg(DISTINCT x), sum(DISTINCT m) FROM t GROUP BY g",
+        "SELECT g, avg(DISTINCT m), min(DISTINCT x) FROM t GROUP BY g",
+        "SELECT sum(DISTINCT k) FILTER (WHERE b), avg(DISTINCT k), max(DISTINCT s) FROM t",
+        "SELECT sum(DISTINCT x), avg(DISTINCT m) FROM t WHERE k > 1000",
+        # no rows: a DECIMAL min/max/sum is NULL of its type (the cast of the placeholder
+        # BIGINT NULL to DECIMAL raised "Precision is not great enough")
+        "SELECT min(m), max(m), sum(m), min(DISTINCT m) FROM t WHERE k > 1000",
     ],
 )
 def test_pinned_aggregate_cases(sql):
