@@ -1908,8 +1908,14 @@ def _compile_function(
         if len(node.expressions) != 1:
             raise UnsupportedQueryError(f"{describe(node)} takes one argument")
         return _date_part(str(node.this).lower()), [sub(node.expressions[0])]
-    if isinstance(node, exp.TimestampTrunc):
-        unit = _part_name(node.args["unit"].name, _TRUNC_UNITS, "date_trunc unit", node)
+    if isinstance(node, exp.TimestampTrunc | exp.DateTrunc):
+        # sqlglot makes date_trunc of a CAST(... AS DATE) a DateTrunc, its unit a string
+        unit_node = node.args["unit"]
+        if isinstance(node, exp.DateTrunc) and not (
+            isinstance(unit_node, exp.Literal) and unit_node.is_string
+        ):
+            raise UnsupportedQueryError(f"{describe(node)}: the unit must be a string literal")
+        unit = _part_name(unit_node.name, _TRUNC_UNITS, "date_trunc unit", node)
         return _date_trunc(unit), ops("this")
     if isinstance(node, exp.DateDiff):
         unit = _part_name(node.args["unit"].name, _TRUNC_UNITS, "date_diff unit", node)

@@ -137,6 +137,7 @@ ALLOWED: dict[type[exp.Expression], frozenset[str]] = {
     exp.DayOfYear: _UNARY,
     exp.Week: _UNARY,
     exp.TimestampTrunc: frozenset({"this", "unit"}),  # date_trunc
+    exp.DateTrunc: frozenset({"this", "unit"}),  # date_trunc of a CAST(... AS DATE)
     exp.DateDiff: frozenset({"this", "expression", "unit", "date_part_boundary"}),
     exp.TimeToStr: frozenset({"this", "format"}),  # strftime
     exp.DateFromParts: frozenset({"year", "month", "day"}),  # make_date
@@ -243,6 +244,7 @@ REQUIRED: dict[type[exp.Expression], frozenset[str]] = {
     exp.Escape: _BINARY,
     exp.Pad: frozenset({"this", "expression", "fill_pattern"}),  # lpad(s, n) has no default
     exp.TimestampTrunc: frozenset({"this", "unit"}),
+    exp.DateTrunc: frozenset({"this", "unit"}),
     exp.DateDiff: frozenset({"this", "expression", "unit"}),
     exp.DateFromParts: frozenset({"year", "month", "day"}),
     exp.StrToTime: frozenset({"this", "format"}),

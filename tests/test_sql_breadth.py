@@ -151,6 +151,8 @@ T_EXPRESSIONS = [
     "make_date(2020, t.k + 1, 28)",
     "t.ts + INTERVAL '90 minutes'",
     "date_trunc('hour', t.ts)",
+    "date_trunc('quarter', CAST(t.ts AS DATE))",  # sqlglot's DateTrunc (was refused)
+    "date_trunc('hour', DATE '2020-01-31')",
     "hour(t.ts)",
     "epoch(t.ts)",
     "strftime(t.ts, '%H:%M:%S')",
