@@ -373,7 +373,11 @@ def _unscaled(v: pa.Array, scale: int) -> np.ndarray | None:
     """``v`` (integers or DECIMALs) as int64 multiples of ``10**-scale`` (NULLs as 0), or
     None when a value does not fit int64 so."""
     if pa.types.is_integer(v.type):
-        ints, shift = pc.fill_null(v, 0).cast(pa.int64()).to_numpy(zero_copy_only=False), scale
+        try:  # a UBIGINT past 2**63 does not fit: Python's decimals instead
+            ints = pc.fill_null(v, 0).cast(pa.int64()).to_numpy(zero_copy_only=False)
+        except pa.ArrowInvalid:
+            return None
+        shift = scale
     else:
         v = v.cast(pa.decimal128(38, v.type.scale)) if pa.types.is_decimal256(v.type) else v
         words = np.frombuffer(v.buffers()[1], dtype=np.int64)[
