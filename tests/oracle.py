@@ -28,8 +28,10 @@ from typing import Any
 
 import duckdb
 import pyarrow as pa
+import trio
+import trio.testing
 
-from eddies.engine import POLICIES, Catalog, EddiesError, execute
+from eddies.engine import POLICIES, Catalog, EddiesError, execute, open_query
 
 SIG_DIGITS = 9
 _NAN = ("<NaN>",)  # hashable stand-in so that NaN == NaN inside a Counter
@@ -282,3 +284,18 @@ def check_all(
                     expected=expected,
                 )
     return expected
+
+
+def run_virtual(sql: str, cat: Catalog, **options: Any) -> tuple[pa.Table, Any]:
+    """(result table, RunStats) of ``sql`` run on trio's MockClock: a scan's ``delay`` and
+    ``rate`` pass in virtual time, only while every task waits, so what a test counts does
+    not depend on how loaded the machine is."""
+    got: dict = {}
+
+    async def main() -> None:
+        async with open_query(sql, cat, **options) as results:
+            got["batches"] = [batch async for batch in results]
+        got["stats"], got["schema"] = results.stats, results.schema
+
+    trio.run(main, clock=trio.testing.MockClock(autojump_threshold=0))
+    return pa.Table.from_batches(got["batches"], schema=got["schema"]), got["stats"]

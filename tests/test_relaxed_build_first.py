@@ -12,13 +12,11 @@ from __future__ import annotations
 
 import pyarrow as pa
 import pytest
-import trio
-import trio.testing
 from hypothesis import given
 from hypothesis import strategies as st
-from oracle import assert_same_bag
+from oracle import assert_same_bag, run_virtual
 
-from eddies.engine import Catalog, UnsupportedQueryError, explain, open_query, run_query
+from eddies.engine import Catalog, UnsupportedQueryError, explain, run_query
 from eddies.router.policies import POLICIES
 
 SHAPES = {
@@ -78,20 +76,6 @@ def test_floating_tuples_give_every_result_once(data, shape, unbuilt, policy, ba
     assert_same_bag(run.table, sql, tables_used, context=f"unbuilt={unbuilt} {policy}")
 
 
-def _run_virtual(sql: str, cat: Catalog, **options) -> tuple[pa.Table, object]:
-    """(result table, RunStats) of a query run on trio's MockClock: a scan's ``delay`` and
-    ``rate`` pass in virtual time, only while every task waits, on any machine."""
-    got: dict = {}
-
-    async def main():
-        async with open_query(sql, cat, **options) as results:
-            got["batches"] = [batch async for batch in results]
-        got["stats"], got["schema"] = results.stats, results.schema
-
-    trio.run(main, clock=trio.testing.MockClock(autojump_threshold=0))
-    return pa.Table.from_batches(got["batches"], schema=got["schema"]), got["stats"]
-
-
 def test_floating_tuples_probe_incomplete_stems_again():
     """With the built tables arriving slowly, floating tuples are bounced and re-probe.
     Virtual time: s's pacing (``rate``) catches up after a stall, so on the wall clock a
@@ -103,7 +87,7 @@ def test_floating_tuples_probe_incomplete_stems_again():
     cat.add_table("r", r, build=False, batch_size=20)
     cat.add_table("s", s, rate=500.0, batch_size=5)
     sql = "SELECT r.v, s.w FROM r JOIN s ON r.a = s.a"
-    table, stats = _run_virtual(sql, cat, debug=True)
+    table, stats = run_virtual(sql, cat, debug=True)
     assert_same_bag(table, sql, {"r": r, "s": s})
     probes = stats.modules["probe:s"]
     assert probes.tuples_in > r.num_rows, "no floating tuple probed stem:s a second time"
@@ -195,7 +179,7 @@ def test_late_table_is_not_built_once_the_others_are_final():
     cat.add_table("s", s, delay=0.3, batch_size=16)
     sql = "SELECT r.v, s.w FROM r JOIN s ON r.a = s.a WHERE s.w > 10"
     # Virtual time: s's delay passes only once r is scanned and built, on any machine.
-    table, stats = _run_virtual(sql, cat, debug=True)
+    table, stats = run_virtual(sql, cat, debug=True)
     assert_same_bag(table, sql, {"r": r, "s": s})
     # Every s tuple that reached its build was not stored: at least the 53 that pass
     # s.w > 10 and r's key filter (a in {2, 3}: r's SteM is complete, so the filter may

@@ -15,13 +15,11 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-import trio
-import trio.testing
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from oracle import assert_same_bag
+from oracle import assert_same_bag, run_virtual
 
-from eddies.engine import Catalog, explain, open_query
+from eddies.engine import Catalog, explain
 
 POLICIES = ("lottery", "rank", "hybrid")
 BATCH_SIZES = (1, 7, None)
@@ -33,19 +31,6 @@ STAR = (
 )
 # A chain d1 - f - g with f in the middle; g's key is a DATE.
 CHAIN = "SELECT d1.x, f.v, g.z FROM d1, f, g WHERE d1.k = f.k1 AND f.day = g.day AND g.z % 3 = 0"
-
-
-def run_virtual(sql: str, cat: Catalog, **options):
-    """(result table, RunStats) of a query run on trio's MockClock (virtual time)."""
-    got: dict = {}
-
-    async def main():
-        async with open_query(sql, cat, **options) as results:
-            got["batches"] = [batch async for batch in results]
-        got["stats"], got["schema"] = results.stats, results.schema
-
-    trio.run(main, clock=trio.testing.MockClock(autojump_threshold=0))
-    return pa.Table.from_batches(got["batches"], schema=got["schema"]), got["stats"]
 
 
 def fact(n: int = 400, seed: int = 0) -> pa.Table:

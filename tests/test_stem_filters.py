@@ -10,30 +10,15 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 import pytest
-import trio
-import trio.testing
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from oracle import assert_same_bag
+from oracle import assert_same_bag, run_virtual
 
-from eddies.engine import POLICIES, Catalog, explain, open_query
+from eddies.engine import POLICIES, Catalog, explain
 from eddies.modules.key_filter import KeyFilter
 
 SQL = "SELECT r.v, s.w, t.x FROM r, s, t WHERE r.a = s.a AND s.b = t.b"
 FILTERS_FIRST = ("filter:t@sm2", "filter:r@sm1", "probe:r", "probe:t")
-
-
-def run_virtual(sql: str, cat: Catalog, **options):
-    """(result table, RunStats) of a query run on trio's MockClock (virtual time)."""
-    got: dict = {}
-
-    async def main():
-        async with open_query(sql, cat, **options) as results:
-            got["batches"] = [batch async for batch in results]
-        got["stats"], got["schema"] = results.stats, results.schema
-
-    trio.run(main, clock=trio.testing.MockClock(autojump_threshold=0))
-    return pa.Table.from_batches(got["batches"], schema=got["schema"]), got["stats"]
 
 
 def tables() -> dict[str, pa.Table]:
