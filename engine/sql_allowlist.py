@@ -193,6 +193,10 @@ ALLOWED: dict[type[exp.Expression], frozenset[str]] = {
     exp.Lead: frozenset({"this", "offset", "default"}),
     exp.FirstValue: _UNARY,
     exp.LastValue: _UNARY,
+    exp.PercentRank: frozenset(),
+    exp.CumeDist: frozenset(),
+    exp.Ntile: _UNARY,
+    exp.NthValue: frozenset({"this", "offset"}),
     exp.DateBin: _BINARY,  # time_bucket(INTERVAL w, ts); no origin or time zone
 }
 
@@ -205,6 +209,10 @@ WINDOW_FUNCTIONS: tuple[type[exp.Expression], ...] = (
     exp.Lead,
     exp.FirstValue,
     exp.LastValue,
+    exp.PercentRank,
+    exp.CumeDist,
+    exp.Ntile,
+    exp.NthValue,
     exp.Sum,
     exp.Avg,
     exp.Count,
@@ -214,7 +222,8 @@ WINDOW_FUNCTIONS: tuple[type[exp.Expression], ...] = (
 
 #: Functions that exist only with OVER.
 _ONLY_WINDOW = (exp.RowNumber, exp.Rank, exp.DenseRank, exp.Lag, exp.Lead)
-_ONLY_WINDOW += (exp.FirstValue, exp.LastValue)
+_ONLY_WINDOW += (exp.FirstValue, exp.LastValue, exp.PercentRank, exp.CumeDist, exp.Ntile)
+_ONLY_WINDOW += (exp.NthValue,)
 
 #: Arguments that must be present and non-empty (a missing one is a syntax error in DuckDB;
 #: a SELECT without FROM, which DuckDB runs, is refused by sql.py).

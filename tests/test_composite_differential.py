@@ -179,6 +179,16 @@ def test_union_all_with_limit_gives_the_right_number_of_rows():
         ("SELECT k, rank() OVER (ORDER BY a) r, dense_rank() OVER (ORDER BY a DESC) FROM t", None),
         ("SELECT k, lag(a) OVER (ORDER BY k), lead(a, 2, -1) OVER (ORDER BY k) FROM t", None),
         (
+            "SELECT k, percent_rank() OVER (PARTITION BY b ORDER BY a), cume_dist() OVER "
+            "(ORDER BY a NULLS FIRST, k), ntile(3) OVER (ORDER BY k) FROM t",
+            None,
+        ),
+        (
+            "SELECT k, nth_value(a, 2) OVER (PARTITION BY b ORDER BY k), nth_value(c, 3 "
+            "IGNORE NULLS) OVER (ORDER BY k) FROM t QUALIFY ntile(2) OVER (ORDER BY k) = 1",
+            None,
+        ),
+        (
             "SELECT k, first_value(c) OVER (PARTITION BY b ORDER BY k), last_value(c) OVER "
             "(PARTITION BY b ORDER BY k ROWS BETWEEN UNBOUNDED PRECEDING AND UNBOUNDED "
             "FOLLOWING) FROM t",
@@ -243,7 +253,7 @@ def test_group_order_all_and_distinct_on(sql, keys):
 @pytest.mark.parametrize(
     ("sql", "names"),
     [
-        ("SELECT ntile(3) OVER (ORDER BY k) FROM t", "NTILE"),
+        ("SELECT var_pop(a) OVER (ORDER BY k) FROM t", "window function"),
         ("SELECT median(a) OVER () FROM t", "window function"),
         ("SELECT sum(a) OVER w FROM t WINDOW w AS (ORDER BY k)", "WINDOW"),
         ("SELECT k FROM t WHERE row_number() OVER () > 1", "WHERE"),
