@@ -1049,6 +1049,24 @@ def _trunc(v: Any, d: Any = None) -> Any:
     return pc.round(v, ndigits=digits, round_mode="towards_zero")
 
 
+def _repeat(v: Any, n: Any) -> Any:
+    """``repeat(s, n)``: ``s`` repeated ``n`` times, '' for ``n <= 0``, NULL if either is."""
+    n = _plain(n)
+    if n.type == pa.null():
+        n = cast_to(n, pa.int64())
+    if not pa.types.is_integer(n.type):
+        raise TypeError(f"repeat needs an integer count, not {n.type}")
+    count = pc.max_element_wise(cast_to(n, pa.int64()), pa.scalar(0, pa.int64()), skip_nulls=False)
+    text = _null_as_text(v)
+    if isinstance(count, pa.Scalar) and not count.is_valid:  # Arrow makes a broken array
+        return (
+            pa.scalar(None, text.type)
+            if isinstance(text, pa.Scalar)
+            else pa.nulls(len(text), text.type)
+        )
+    return pc.binary_repeat(text, count)
+
+
 def _null_as_text(v: Any) -> Any:
     """A string function's operand with a NULL literal typed as VARCHAR (DuckDB's NULL
     casts to any type: ``upper(NULL)`` is NULL); other types as they are."""
@@ -1069,6 +1087,8 @@ _FUNCTIONS: dict[str, Callable[..., Any]] = {
     "sqrt": lambda v: pc.sqrt(cast_to(_plain(v), pa.float64())),
     "ln": lambda v: pc.ln(cast_to(_plain(v), pa.float64())),
     "nullif": _nullif,
+    "reverse": lambda v: pc.utf8_reverse(_null_as_text(v)),
+    "repeat": lambda v, n: _repeat(v, n),
 }
 _SQLGLOT_FUNCTIONS: dict[type, str] = {
     exp.Abs: "abs",
@@ -1078,6 +1098,8 @@ _SQLGLOT_FUNCTIONS: dict[type, str] = {
     exp.Coalesce: "coalesce",
     exp.Round: "round",
     exp.Trunc: "trunc",
+    exp.Reverse: "reverse",
+    exp.Repeat: "repeat",
     exp.Floor: "floor",
     exp.Ceil: "ceil",
     exp.Sqrt: "sqrt",
@@ -2168,6 +2190,8 @@ def _compile(node: exp.Expression, scope: Scope) -> Expr:
             operands = [node.this, node.args["decimals"]]
         if isinstance(node, exp.Nullif):
             operands = [node.this, node.expression]
+        if isinstance(node, exp.Repeat):
+            operands = [node.this, node.args["times"]]
         compiled = [sub(o) for o in operands]
         if isinstance(node, exp.Round | exp.Trunc) and len(compiled) == 2:
             compiled[1] = _digits_literal(node, compiled[1])

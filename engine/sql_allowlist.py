@@ -94,6 +94,8 @@ ALLOWED: dict[type[exp.Expression], frozenset[str]] = {
     exp.Coalesce: frozenset({"this", "expressions"}),
     exp.Round: frozenset({"this", "decimals"}),
     exp.Trunc: frozenset({"this", "decimals"}),
+    exp.Reverse: _UNARY,
+    exp.Repeat: frozenset({"this", "times"}),
     exp.Floor: _UNARY,
     exp.Ceil: _UNARY,
     exp.Sqrt: _UNARY,

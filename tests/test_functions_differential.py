@@ -287,6 +287,9 @@ PINNED = [
     "right(s, -1)",
     "right(s, 0)",
     "lpad(s, 7, 'é')",  # unicode fill, strings cut to the width
+    "repeat(s, k)",  # column counts, negative and NULL among them
+    "repeat(s, 2), repeat(s, NULL), repeat(c, 0), repeat(c, n)",
+    "reverse(s), reverse(c), reverse(NULL)",
     "rpad(s, 3, 'xyz')",
     "split_part(s, ',', -1)",
     "split_part(s, ',', 0)",
