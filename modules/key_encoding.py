@@ -18,7 +18,7 @@ import pyarrow.compute as pc
 
 from eddies.engine.errors import QueryTypeError, describe
 from eddies.sources.decimal_float import as_double, decimal_to_float
-from eddies.sources.table_store import TableStore
+from eddies.sources.table_store import TableStore, is_range
 
 #: How a column's values become codes.
 KIND_INT, KIND_FLOAT, KIND_DICT, KIND_TIMESTAMP = "int", "float", "dict", "timestamp"
@@ -239,7 +239,13 @@ def encode_rows(
         if kind == KIND_INT:
             whole = store.int64_column(col)
             if whole is not None:  # no NULLs: plain NumPy indexing
-                codes.append(whole[row_ids])
+                n = len(row_ids)
+                if n > 1 and int(row_ids[-1] - row_ids[0]) == n - 1 and is_range(row_ids):
+                    # A scan's batch, or a SteM of every row in scan order: a zero-copy
+                    # (read-only) slice, where a gather wrote 8 bytes a row to fresh pages.
+                    codes.append(whole[int(row_ids[0]) : int(row_ids[0]) + n])
+                else:
+                    codes.append(whole[row_ids])
                 continue
         values = store.gather(col, row_ids)
         mask = validity(values)

@@ -113,7 +113,7 @@ class TableStore:
         layout = self._layout
         table = layout.table
         n = len(row_ids)
-        if n and int(row_ids[-1] - row_ids[0]) == n - 1 and (n == 1 or _is_range(row_ids)):
+        if n and int(row_ids[-1] - row_ids[0]) == n - 1 and (n == 1 or is_range(row_ids)):
             part = table.column(name).slice(int(row_ids[0]), n)
             return part.chunk(0) if part.num_chunks == 1 else part.combine_chunks()
         if layout.num_chunks <= 1:
@@ -186,7 +186,7 @@ class _Layout:
         return int(first) if first == last else None
 
 
-def _is_range(row_ids: np.ndarray) -> bool:
+def is_range(row_ids: np.ndarray) -> bool:
     """Whether ids whose last minus first is ``len - 1`` are that range: exactly when they
     strictly increase (one bool per id; ``np.diff`` made int64 differences first, 1.8x
     slower over a 375k-id lineitem batch)."""
