@@ -71,6 +71,26 @@ class KeyFilter:
                 self._sorted = np.sort(keys)
                 self.distinct = 1 + int(np.count_nonzero(np.diff(self._sorted)))
 
+    @classmethod
+    def of_present(cls, present: np.ndarray, low: int, size: int) -> KeyFilter | None:
+        """The filter of the codes ``low + i`` for which ``present[i]`` (bool) holds, each
+        given once (``size`` of them): read off a SteM index's direct-address table
+        (eddies.modules.stem_index) in one sequential pass, where the constructor gathers
+        every key and scatters it at random. None where the constructor would not make a
+        bitmap of that range (then make it from the keys)."""
+        span = len(present)
+        lo, hi = low, low + span - 1
+        dense = span <= max(64, BITMAP_DENSITY * size)
+        if not size or not (dense or span <= BYTEMAP_MAX) or lo <= -_SAFE or hi >= _SAFE:
+            return None
+        out = cls(np.empty(0, dtype=np.int64))
+        out.size = out.distinct = size
+        out._lo, out._hi = lo, hi
+        out._bitmap = np.zeros(span + 2, dtype=bool)
+        out._bitmap[1:-1] = present
+        out.kind = "bitmap"
+        return out
+
     @property
     def unique(self) -> bool:
         """Every code given once: a probe by these keys matches each tuple at most once."""

@@ -59,8 +59,11 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import trio
 
+from eddies.modules import direct_build
 from eddies.modules.base import Module, gather_columns, run_vectorized, vectorized_inline
+from eddies.modules.direct_build import DirectBuild
 from eddies.modules.key_encoding import (
+    KIND_INT,
     KeyDictionary,
     encode_rows,
     key_kind,
@@ -75,7 +78,7 @@ from eddies.router.expressions import evaluate, mask_of
 from eddies.router.messages import ProbeCursor, Returned, Work
 from eddies.router.query_graph import Predicate, QueryGraph
 from eddies.router.tuple_batch import Signature, TupleBatch
-from eddies.sources.table_store import TableStore
+from eddies.sources.table_store import TableStore, is_range
 
 #: Most tuples one probe Work returns; a probe with more matches returns its rest to the eddy
 #: as a continuation (see ``SteM.process``).
@@ -171,6 +174,9 @@ class ColumnIndex:
     indexed: int = 0  # stored positions [0, indexed) are in the index
 
     combined: KeyDictionary | None = None
+    # Its direct-address table being filled in the background until the first catch-up
+    # (eddies.modules.direct_build); None once read, or where the index does not qualify.
+    builder: DirectBuild | None = None
 
     def __post_init__(self) -> None:
         self.dictionaries = [KeyDictionary() if uses_dictionary(k) else None for k in self.kinds]
@@ -262,6 +268,12 @@ class SteM(Module):
         self._rows = GrowableArray(np.int64, capacity)
         self._ts = GrowableArray(np.int64, capacity)
         self._done = GrowableArray(np.uint64, capacity)
+        # Facts about what is stored that spare a probe two random gathers per match: the
+        # row ids are the positions (every row built in scan order: a whole table), and
+        # every stored tuple has the same Done bits (None: none stored or they differ).
+        self._rows_are_positions = True
+        self._stored_done: int | None = None
+        self._stored_done_mixed = False
         self.scanned = scanned  # set when the table's scan has delivered every row
         schema = self.store.schema
         # Competing AMs: remember which rows are held (by key, else by every column).
@@ -269,6 +281,7 @@ class SteM(Module):
         if graph.deduplicates(table):
             self.identity = RowIdentity(schema, key or tuple(schema.names))
         self._scan_origins = {a.id for a in graph.scans_of(table)}
+        self._building = self._start_direct_builds()
         # EOT tuples held, per index AM bind-column list (only needed without a scan AM).
         self.has_scan = graph.has_scan(table)
         self.eots: dict[tuple[str, ...], KeySet] = {}
@@ -280,8 +293,38 @@ class SteM(Module):
     def __len__(self) -> int:
         return len(self._rows)
 
+    def _start_direct_builds(self) -> list[ColumnIndex]:
+        """The indexes whose direct-address tables are built in the background as tuples
+        are stored (eddies.modules.direct_build): one integer column without NULLs, of a
+        preloaded table of at least BACKGROUND_MIN_ROWS rows that is not a stream."""
+        rows = self.store.preloaded_rows
+        if (
+            rows is None
+            or rows < direct_build.BACKGROUND_MIN_ROWS
+            or self.clocks
+            or not direct_build.background_enabled()
+        ):
+            return []
+        building = []
+        for index in self.indexes.values():
+            if index.kinds != (KIND_INT,):
+                continue
+            whole = self.store.int64_column(index.columns[0])
+            if whole is not None:
+                index.builder = DirectBuild(whole)
+                building.append(index)
+        return building
+
+    def _stop_direct_builds(self) -> None:
+        for index in self._building:
+            if index.builder is not None:
+                index.builder.abandon()
+                index.builder = None
+        self._building = []
+
     def release(self) -> None:
         """Free the stored tuples, indexes, key filters and EOTs (see Module.release)."""
+        self._stop_direct_builds()
         self._rows = GrowableArray(np.int64, 0)
         self._ts = GrowableArray(np.int64, 0)
         self._done = GrowableArray(np.uint64, 0)
@@ -327,10 +370,14 @@ class SteM(Module):
         cursor = work.resume
         limit = MAX_OUTPUT_ROWS
         outputs: list[TupleBatch] = []
+        counts: np.ndarray | None
         if cursor is None:
             horizon = len(self._rows)
             from_pos = 0
-            counts, keyed = self._candidate_counts(batch, target, predicate, horizon)
+            if 0 < len(batch) <= limit and self._unique_index(target, predicate, horizon):
+                counts, keyed = None, None  # at most one match a tuple: one part
+            else:
+                counts, keyed = self._candidate_counts(batch, target, predicate, horizon)
             # Bounce-backs are decided for the whole batch as the probe begins, with the
             # SteM it sees (a floating batch's LastMatchTimeStamp is the newest tuple below
             # the horizon): so a probe in parts bounces exactly what one probe would.
@@ -346,7 +393,10 @@ class SteM(Module):
             keyed = None
         # The leading tuples whose matches fit in the bound, all at once; else the first
         # tuple alone, its matches sliced by stored position.
-        taken = 0 if from_pos else int(np.searchsorted(np.cumsum(counts), limit, side="right"))
+        if counts is None:
+            taken = len(batch)
+        else:
+            taken = 0 if from_pos else int(np.searchsorted(np.cumsum(counts), limit, side="right"))
         next_from: int | None = None
         if taken:
             if taken == len(batch):  # the common case: the keys are encoded already
@@ -368,6 +418,7 @@ class SteM(Module):
             return outputs
         rest = None
         if taken < len(batch):
+            assert counts is not None
             remaining = batch if not taken else batch.take(slice(taken, None))
             rest = Work(
                 work.destination,
@@ -376,6 +427,16 @@ class SteM(Module):
                 ProbeCursor(horizon, next_from or 0, counts[taken:], limit),
             )
         return Returned(work.destination, outputs, taken, 0.0, rest=rest, resumed=resumed)
+
+    def _unique_index(self, target: int, predicate: Predicate | None, horizon: int) -> bool:
+        """Whether a keyed probe of ``target`` matches each tuple at most once: its index
+        (caught up) is one direct-address run, so the key is unique here (a primary key).
+        Such a probe needs no match counts to bound its output, and one gather finds it."""
+        if predicate is None or predicate.edge is None or not horizon:
+            return False
+        index = self._catch_up(self.indexes[predicate.edge.side(target)])
+        runs = index.index.runs
+        return len(runs) == 1 and runs[0].direct
 
     def held_as_prior_probers(self, alias: int, target: int) -> list[TupleBatch]:
         """Every tuple held, in the role ``alias``, as prior probers of ``target``, one
@@ -496,8 +557,20 @@ class SteM(Module):
         """The key set of the stored rows that may qualify (NULL keys never join), and
         whether every stored row does."""
         rows = self._qualifying_rows(target)
+        every_row = len(rows) == len(self)
+        if every_row and index.kinds == (KIND_INT,):
+            # One integer column, every stored row: the index's direct-address table (a
+            # key's slot is filled iff present) is the key set. Tuples that pass the
+            # filter probe this SteM next (it is complete: its own tuples have all been
+            # routed), so the index is built now rather than at that first probe.
+            runs = self._catch_up(index).index.runs
+            if len(runs) == 1 and runs[0].direct:
+                run = runs[0]
+                made = KeyFilter.of_present(run.positions >= 0, run.low, run.size)
+                if made is not None:
+                    return made, True
         stored, _, valid = index.encode(self.store, index.columns, rows, grow=False)
-        return KeyFilter(stored if valid is None else stored[valid]), len(rows) == len(self)
+        return KeyFilter(stored if valid is None else stored[valid]), every_row
 
     def key_values(self, target: int, columns: tuple[str, ...]) -> list[pa.Array]:
         """Per column of ``columns``, its values over the stored rows that may qualify
@@ -542,7 +615,7 @@ class SteM(Module):
                     except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError):
                         continue  # its SM reports the error; the filter keeps those keys
                     keep[unchecked] &= passed
-        return rows[keep]
+        return rows if keep.all() else rows[keep]
 
     def stored_rows(self) -> np.ndarray:
         """Row ids of every tuple held (int64, in build order): what a JoinStep reads
@@ -606,11 +679,25 @@ class SteM(Module):
     def build(self, batch: TupleBatch, raw_ts: np.ndarray) -> list[TupleBatch]:
         """Insert singletons; bounce each back once per alias, with its TimeStamp key."""
         (row_ids,) = batch.rows.values()
+        start, n = len(self._rows), len(row_ids)
+        if self._rows_are_positions and n:
+            self._rows_are_positions = (
+                int(row_ids[0]) == start
+                and int(row_ids[-1]) == start + n - 1
+                and (n == 1 or is_range(row_ids))
+            )
+        done = batch.signature.done if self.single_alias else 0
+        if n and not self._stored_done_mixed and self._stored_done != done:
+            self._stored_done_mixed = self._stored_done is not None
+            self._stored_done = done
+        if self._building:
+            for index in self._building:
+                assert index.builder is not None
+                index.builder.add(row_ids, start)
         self._rows.extend(row_ids)
         self._ts.extend(raw_ts)
         if self.stream_clock is not None:
             self._clock_built(row_ids, raw_ts)
-        done = batch.signature.done if self.single_alias else 0
         self._done.extend_constant(len(row_ids), np.uint64(done))
         return self._bounced(batch, raw_ts)
 
@@ -696,6 +783,7 @@ class SteM(Module):
         """
         clock = self.stream_clock
         assert not len(self) and not len(self.store)
+        self._stop_direct_builds()  # the restored rows are indexed at the first probe
         row_ids = np.zeros(0, dtype=np.int64)
         for batch in state.rows.combine_chunks().to_batches():
             row_ids = np.concatenate([row_ids, self.store.append(batch)])
@@ -703,6 +791,8 @@ class SteM(Module):
         self._rows.extend(row_ids)
         self._ts.extend(raw_ts)
         self._done.extend(np.asarray(state.done, dtype=np.uint64))
+        self._rows_are_positions = False
+        self._stored_done_mixed = True
         for cols, values in state.eots.items():
             arrays = tuple(values.column(c).combine_chunks() for c in cols)
             self.eots[cols].add(list(arrays))
@@ -749,6 +839,9 @@ class SteM(Module):
         self._rows.extend(np.arange(n_live, dtype=np.int64))
         self._ts.extend(ts)
         self._done.extend(done)
+        self._rows_are_positions = True  # row i is now stored at position i
+        self._stored_done_mixed = True
+        self._stop_direct_builds()
         self.indexes = {c: ColumnIndex(c, k) for c, k in self.index_kinds.items()}
         clock.stored(len(self.store))
         return kept
@@ -759,6 +852,13 @@ class SteM(Module):
         Indexes are built lazily: a SteM that is rarely probed (often the largest table's,
         whose tuples arrive after the small tables' probes have passed) never pays for them.
         """
+        if index.builder is not None:  # its direct-address table, built in the background
+            builder, index.builder = index.builder, None
+            self._building = [i for i in self._building if i is not index]
+            run = builder.finish()
+            if run is not None:
+                index.index.insert_run(run)
+                index.indexed = builder.covered
         stored = len(self._rows)
         if index.indexed == stored:
             return index
@@ -935,7 +1035,7 @@ class SteM(Module):
         if len(pos) == 0:
             return []
         rows = {a: ids[probe_idx] for a, ids in batch.rows.items()}
-        rows[target] = self._rows.view()[pos]
+        rows[target] = pos if self._rows_are_positions else self._rows.view()[pos]
         if self._windowed:  # only tuples all inside their windows (eddies.modules.window)
             inside = valid_mask(rows, self.clocks)
             if inside is not None and not inside.all():
@@ -951,6 +1051,11 @@ class SteM(Module):
         if not self.single_alias:
             return [result.with_signature(Signature(span, done, built, 0, looked, floating))]
         # Stored tuples may have passed their own SMs before being built: carry those bits.
+        if not self._stored_done_mixed:  # every stored tuple has these Done bits
+            first = self._stored_done or 0
+            return [
+                result.with_signature(Signature(span, done | first, built, 0, looked, floating))
+            ]
         stored_done = self._done.view()[pos]
         first = stored_done[0]
         if (stored_done == first).all():

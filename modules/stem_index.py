@@ -25,7 +25,7 @@ import pandas as pd
 HASH_PROBES = 2048
 
 #: Per-run [lo, hi) bounds of a probe's keys, with the runs they index (a snapshot).
-Bounds = list[tuple["_Run", np.ndarray, np.ndarray]]
+Bounds = list[tuple["Run", np.ndarray, np.ndarray]]
 
 
 class SortedRunIndex:
@@ -36,20 +36,30 @@ class SortedRunIndex:
     """
 
     def __init__(self) -> None:
-        self._runs: list[_Run] = []
+        self._runs: list[Run] = []
 
     def __len__(self) -> int:
         return sum(run.size for run in self._runs)
 
+    @property
+    def runs(self) -> list[Run]:
+        """The sorted runs, oldest (largest) first; read-only."""
+        return self._runs
+
     def insert(self, keys: np.ndarray, positions: np.ndarray) -> None:
         if len(keys) == 0:
             return
-        self._runs.append(_Run.of(keys, positions))
+        self.insert_run(Run.of(keys, positions))
+
+    def insert_run(self, run: Run) -> None:
+        """Add a run made elsewhere (a direct run built in the background,
+        eddies.modules.direct_build), merging as :meth:`insert` does."""
+        self._runs.append(run)
         while len(self._runs) >= 2 and 2 * self._runs[-1].size >= self._runs[-2].size:
             upper_keys, upper_positions = self._runs.pop().entries()
             lower_keys, lower_positions = self._runs.pop().entries()
             self._runs.append(
-                _Run.of(
+                Run.of(
                     np.concatenate([lower_keys, upper_keys]),
                     np.concatenate([lower_positions, upper_positions]),
                 )
@@ -65,7 +75,7 @@ class SortedRunIndex:
             keys, positions = run.entries()
             keep = ~dead[positions]
             if keep.any():
-                out._runs.append(_Run.sorted_of(keys[keep], renumber[positions[keep]]))
+                out._runs.append(Run.sorted_of(keys[keep], renumber[positions[keep]]))
         return out
 
     def bounds(self, keys: np.ndarray) -> Bounds:
@@ -79,6 +89,8 @@ class SortedRunIndex:
     ) -> tuple[np.ndarray, np.ndarray]:
         """Matching ``(probe index, position)`` pairs; ``bounds`` from :meth:`bounds` of
         the same keys, if computed already."""
+        if bounds is None and len(self._runs) == 1 and self._runs[0].direct:
+            return self._runs[0].lookup(keys)  # a primary key: one gather
         probe_parts: list[np.ndarray] = []
         pos_parts: list[np.ndarray] = []
         for run, lo, hi in self.bounds(keys) if bounds is None else bounds:
@@ -142,7 +154,7 @@ class SortedRunIndex:
 DIRECT_SPREAD = 16
 
 
-class _Run:
+class Run:
     """One sorted run; with CSR offsets by key when its key range is small (dense), else
     with a hash table of its distinct keys, built when a large probe first needs it.
 
@@ -172,7 +184,7 @@ class _Run:
         self._starts: np.ndarray | None = None  # their entries: _starts[i] .. _starts[i+1]
 
     @classmethod
-    def of(cls, keys: np.ndarray, positions: np.ndarray) -> _Run:
+    def of(cls, keys: np.ndarray, positions: np.ndarray) -> Run:
         """Sort ``keys`` (with their positions) into a run; O(n) for dense unique keys."""
         low, high = int(keys.min()), int(keys.max())
         span = high - low + 1
@@ -205,7 +217,13 @@ class _Run:
         return cls(keys[order], positions[order], low, offsets)
 
     @classmethod
-    def sorted_of(cls, keys: np.ndarray, positions: np.ndarray) -> _Run:
+    def direct_of(cls, where: np.ndarray, low: int, size: int) -> Run:
+        """A direct run from its table: ``where[k - low]`` is key k's position or -1,
+        ``size`` slots filled (the caller has counted them)."""
+        return cls(None, where, low, None, size)
+
+    @classmethod
+    def sorted_of(cls, keys: np.ndarray, positions: np.ndarray) -> Run:
         """A run of ``keys`` already in key order (offsets counted when dense)."""
         low, high = int(keys[0]), int(keys[-1])
         span = high - low + 1
@@ -222,6 +240,19 @@ class _Run:
             return self.keys, self.positions
         present = self.positions >= 0
         return np.flatnonzero(present) + self.low, self.positions[present]
+
+    def lookup(self, probe: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """A direct run's matches: (index of each probe key found, its one position)."""
+        slot = probe - self.low if self.low else probe
+        size = len(self.positions)
+        if len(slot) and int(slot.min()) >= 0 and int(slot.max()) < size:
+            found = self.positions[slot]
+        else:
+            inside = (slot >= 0) & (slot < size)
+            found = np.full(len(slot), -1, dtype=np.int64)
+            found[inside] = self.positions[slot[inside]]
+        hit = np.flatnonzero(found >= 0)
+        return hit, found[hit]
 
     def bounds(self, probe: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Per probe key, [lo, hi) of its entries in this run."""
