@@ -18,7 +18,7 @@ import pyarrow.compute as pc
 
 from eddies.engine.errors import QueryTypeError, describe
 from eddies.sources.decimal_float import as_double, decimal_to_float
-from eddies.sources.table_store import TableStore, is_range
+from eddies.sources.table_store import TableStore
 
 #: How a column's values become codes.
 KIND_INT, KIND_FLOAT, KIND_DICT, KIND_TIMESTAMP = "int", "float", "dict", "timestamp"
@@ -237,15 +237,11 @@ def encode_rows(
     valid: np.ndarray | None = None
     for col, kind, dictionary in zip(columns, kinds, dictionaries, strict=True):
         if kind == KIND_INT:
-            whole = store.int64_column(col)
-            if whole is not None:  # no NULLs: plain NumPy indexing
-                n = len(row_ids)
-                if n > 1 and int(row_ids[-1] - row_ids[0]) == n - 1 and is_range(row_ids):
-                    # A scan's batch, or a SteM of every row in scan order: a zero-copy
-                    # (read-only) slice, where a gather wrote 8 bytes a row to fresh pages.
-                    codes.append(whole[int(row_ids[0]) : int(row_ids[0]) + n])
-                else:
-                    codes.append(whole[row_ids])
+            # No NULLs: NumPy indexing, or a zero-copy slice for a range of ids (a scan's
+            # batch, a SteM of a whole table), where a gather wrote 8 bytes a row.
+            values = store.int64_values(col, row_ids)
+            if values is not None:
+                codes.append(values)
                 continue
         values = store.gather(col, row_ids)
         mask = validity(values)

@@ -19,7 +19,6 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-import numpy as np
 import pyarrow as pa
 import trio
 
@@ -118,7 +117,7 @@ class ScanAM:
         preloaded = self.store.preloaded_rows
         if preloaded is not None:
             for start in range(0, preloaded, self.batch_size):
-                yield np.arange(start, min(start + self.batch_size, preloaded), dtype=np.int64)
+                yield self.store.row_range(start, min(start + self.batch_size, preloaded))
             return
         if self.source.pages is not None:
             async for page in self.source.pages():

@@ -9,6 +9,8 @@ registered at once for in-memory data (then appending costs nothing).
 
 from __future__ import annotations
 
+import weakref
+
 import numpy as np
 import pyarrow as pa
 
@@ -32,6 +34,8 @@ class TableStore:
         self._preloaded = False
         self._columns: dict[str, pa.Array] = {}
         self._int64: dict[str, np.ndarray | None] = {}
+        # Row-id arrays handed out as ranges (row_range), by id: known ranges in O(1).
+        self._ranges: weakref.WeakValueDictionary[int, np.ndarray] = weakref.WeakValueDictionary()
 
     @classmethod
     def preloaded(cls, name: str, table: pa.Table) -> TableStore:
@@ -56,7 +60,7 @@ class TableStore:
             table = table.combine_chunks()
             self._chunks = table.to_batches() or []
         self._set(table)
-        return np.arange(start, start + batch.num_rows, dtype=np.int64)
+        return self.row_range(start, start + batch.num_rows)
 
     def _set(self, table: pa.Table) -> None:
         # Layout first: a reader that sees the new table must not see the old layout.
@@ -108,13 +112,121 @@ class TableStore:
         self._int64[name] = values
         return values
 
+    def row_range(self, start: int, end: int) -> np.ndarray:
+        """The row ids ``start .. end-1`` (int64), remembered as a range: a scan's batch,
+        whose gathers are then slices without checking every id (:meth:`range_start`).
+        The array must not be changed in place (no row-id array of a tuple ever is)."""
+        ids = np.arange(start, end, dtype=np.int64)
+        self._ranges[id(ids)] = ids
+        return ids
+
+    def range_start(self, row_ids: np.ndarray) -> int | None:
+        """The first id when ``row_ids`` are consecutive ascending ids, else None: O(1)
+        for an array from :meth:`row_range`, else a check of every id where the first
+        and last differ by ``len - 1``."""
+        n = len(row_ids)
+        if not n:
+            return None
+        if self._ranges.get(id(row_ids)) is row_ids:
+            return int(row_ids[0])
+        first = int(row_ids[0])
+        if int(row_ids[-1]) - first != n - 1 or not (n == 1 or is_range(row_ids)):
+            return None
+        return first
+
+    def chunk_starts(self) -> np.ndarray:
+        """Row id where each chunk starts, and the row count last (int64, chunks + 1)."""
+        return self._layout.starts
+
+    def int64_values(self, name: str, row_ids: np.ndarray) -> np.ndarray | None:
+        """Column ``name`` at ``row_ids`` as int64 NumPy values (a SteM's join keys), or
+        None unless the store is preloaded, the column is an integer type that fits int64,
+        and the chunks read have no NULLs (the caller then gathers through Arrow).
+
+        A range of ids in one chunk is a zero-copy, read-only slice (a scan's batch; a
+        SteM holding a whole table); other ids are NumPy gathers, one per chunk they
+        touch, split by binary search where they ascend (a filtered scan batch, a probe's
+        output) instead of locating every id's chunk."""
+        n = len(row_ids)
+        whole = self.int64_column(name)
+        if whole is None and (not self._preloaded or self._layout.num_chunks <= 1 or not n):
+            return None
+        start = self.range_start(row_ids) if n > 1 else None
+        if whole is not None:
+            return whole[row_ids] if start is None else whole[start : start + n]
+        if start is not None:
+            return self._int64_pieces(name, np.array([start]), n)
+        if n > 1 and not bool((row_ids[1:] >= row_ids[:-1]).all()):
+            chunk = self._layout.single_chunk(row_ids)
+            values = None if chunk is None else self._int64_chunk(name, chunk)
+            if values is None:
+                return None
+            offset = int(self._layout.starts[chunk])
+            return values[row_ids - offset if offset else row_ids]
+        return self._int64_pieces(name, row_ids, n)
+
+    def _int64_pieces(self, name: str, row_ids: np.ndarray, n: int) -> np.ndarray | None:
+        """Ascending ``row_ids`` (or, as one id, the start of a range of ``n``) read chunk
+        by chunk; zero-copy where they lie in one chunk and form a range."""
+        starts = self._layout.starts
+        ranged = len(row_ids) == 1 and n > 1
+        lo, hi = int(row_ids[0]), int(row_ids[0]) + n - 1 if ranged else int(row_ids[-1])
+        first = int(np.searchsorted(starts, lo, side="right")) - 1
+        last = int(np.searchsorted(starts, hi, side="right")) - 1
+        if first == last:
+            values = self._int64_chunk(name, first)
+            if values is None:
+                return None
+            offset = int(starts[first])
+            if ranged:
+                return values[lo - offset : hi - offset + 1]
+            return values[row_ids - offset if offset else row_ids]
+        out = np.empty(n, dtype=np.int64)
+        # where each chunk's ids begin in the batch (binary search: the ids ascend)
+        cuts = np.arange(first + 1, last + 1)
+        if ranged:
+            at = np.concatenate([[0], starts[cuts] - lo, [n]])
+        else:
+            at = np.concatenate([[0], np.searchsorted(row_ids, starts[cuts]), [n]])
+        for i, k in enumerate(range(first, last + 1)):
+            a, b = int(at[i]), int(at[i + 1])
+            if a == b:
+                continue
+            values = self._int64_chunk(name, k)
+            if values is None:
+                return None
+            offset = int(starts[k])
+            if ranged:
+                out[a:b] = values[lo + a - offset : lo + b - offset]
+            else:
+                out[a:b] = values[row_ids[a:b] - offset]
+        return out
+
+    def _int64_chunk(self, name: str, chunk: int) -> np.ndarray | None:
+        """One chunk of an integer column as int64 NumPy values (zero-copy for int64),
+        cached; None if it has NULLs or the type does not fit int64."""
+        key = f"{name}\x00{chunk}"
+        if key in self._int64:
+            return self._int64[key]
+        col = self._layout.table.column(name).chunk(chunk)
+        kind = col.type
+        fits = pa.types.is_signed_integer(kind) or (
+            pa.types.is_unsigned_integer(kind) and kind.bit_width <= 32
+        )
+        values = None
+        if fits and col.null_count == 0:
+            values = col.to_numpy(zero_copy_only=False).astype(np.int64, copy=False)
+        self._int64[key] = values
+        return values
+
     def gather(self, name: str, row_ids: np.ndarray) -> pa.Array:
         """Values of column ``name`` at ``row_ids`` (a slice when the ids are a range)."""
         layout = self._layout
         table = layout.table
         n = len(row_ids)
-        if n and int(row_ids[-1] - row_ids[0]) == n - 1 and (n == 1 or is_range(row_ids)):
-            part = table.column(name).slice(int(row_ids[0]), n)
+        start = self.range_start(row_ids)
+        if start is not None:
+            part = table.column(name).slice(start, n)
             return part.chunk(0) if part.num_chunks == 1 else part.combine_chunks()
         if layout.num_chunks <= 1:
             return self.column(name).take(pa.array(row_ids))
@@ -141,13 +253,16 @@ SMALL_GATHER = 4
 def _take_by_chunk(column: pa.ChunkedArray, starts: np.ndarray, row_ids: np.ndarray) -> pa.Array:
     """``column`` at ``row_ids`` (chunk ``k`` holds ids ``starts[k]..starts[k+1]-1``),
     taken chunk by chunk and put back in the order of ``row_ids``."""
-    chunk_of = np.searchsorted(starts, row_ids, side="right") - 1
     order = None
-    if len(chunk_of) > 1 and (np.diff(chunk_of) < 0).any():
+    if len(row_ids) > 1 and not bool((row_ids[1:] >= row_ids[:-1]).all()):
+        chunk_of = np.searchsorted(starts, row_ids, side="right") - 1
         order = np.argsort(chunk_of, kind="stable")
-        row_ids, chunk_of = row_ids[order], chunk_of[order]
-    first, last = int(chunk_of[0]), int(chunk_of[-1])
-    bounds = np.searchsorted(chunk_of, np.arange(first, last + 2))
+        row_ids = row_ids[order]
+    # ascending ids: where each chunk's ids begin, by binary search
+    first = int(np.searchsorted(starts, row_ids[0], side="right")) - 1
+    last = int(np.searchsorted(starts, row_ids[-1], side="right")) - 1
+    bounds = np.searchsorted(row_ids, starts[first : last + 2])
+    bounds[-1] = len(row_ids)
     parts = [
         column.chunk(k).take(pa.array(row_ids[bounds[i] : bounds[i + 1]] - starts[k]))
         for i, k in enumerate(range(first, last + 1))
@@ -181,6 +296,10 @@ class _Layout:
     def single_chunk(self, row_ids: np.ndarray) -> int | None:
         """The one chunk holding every row id, or None when they span several (chunks
         are consecutive ranges, so the smallest and largest id decide)."""
+        ends = np.array([row_ids[0], row_ids[-1]], dtype=np.int64)
+        first, last = np.searchsorted(self.starts, ends, side="right") - 1
+        if first != last:  # no need to look at the others
+            return None
         ends = np.array([row_ids.min(), row_ids.max()], dtype=np.int64)
         first, last = np.searchsorted(self.starts, ends, side="right") - 1
         return int(first) if first == last else None

@@ -99,3 +99,50 @@ def test_join_over_multi_chunk_tables_matches_duckdb(policy):
         cat.add_table(name, table, batch_size=256)
     out = execute(JOIN, cat, policy=policy, seed=1)
     assert_same_bag(out, JOIN, {"r": r, "s": s}, context=policy)
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    sizes=st.lists(st.integers(0, 7) | st.integers(20, 60), min_size=1, max_size=8),
+    ids=st.lists(st.integers(0, 10_000), max_size=40),
+    shape=st.sampled_from(["range", "handed range", "ascending", "any"]),
+    nulls=st.booleans(),
+    width=st.sampled_from([pa.int32(), pa.int64(), pa.uint16()]),
+)
+def test_int64_values_equal_a_gather(sizes, ids, shape, nulls, width):
+    """Join keys read as NumPy (a SteM's codes): the values at the ids, for ranges (O(1)
+    when handed out by row_range), ascending ids across chunks (split by binary search)
+    and any ids; None where a chunk has NULLs (the caller then gathers through Arrow)."""
+    n = sum(sizes)
+    if n == 0:
+        return
+    raw = np.arange(n) * 3 % 97
+    values = pa.array(
+        [None if nulls and i % 11 == 4 else int(v) for i, v in enumerate(raw)], width
+    )
+    store = TableStore.preloaded("t", chunked(pa.table({"k": values}), sizes))
+    picked = [i % n for i in ids]
+    if shape == "range" and picked:
+        row_ids = np.arange(min(picked), n, dtype=np.int64)
+    elif shape == "handed range" and picked:
+        row_ids = store.row_range(min(picked), n)
+    elif shape == "ascending":
+        row_ids = np.array(sorted(set(picked)), dtype=np.int64)
+    else:
+        row_ids = np.array(picked, dtype=np.int64)
+    got = store.int64_values("k", row_ids)
+    expected = values.take(pa.array(row_ids, pa.int64())).to_pylist()
+    if got is None:
+        assert nulls or not len(row_ids) or shape == "any"
+        return
+    assert got.dtype == np.int64
+    assert got.tolist() == expected
+
+
+def test_handed_range_is_known_without_looking_at_its_ids():
+    store = TableStore.preloaded("t", pa.table({"k": np.arange(10)}))
+    handed = store.row_range(2, 8)
+    assert store.range_start(handed) == 2
+    assert store.range_start(np.array([2, 3, 4], dtype=np.int64)) == 2  # checked id by id
+    assert store.range_start(np.array([2, 4, 4], dtype=np.int64)) is None
+    assert store.range_start(np.array([4, 3, 5], dtype=np.int64)) is None
