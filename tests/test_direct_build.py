@@ -134,9 +134,7 @@ def star_tables(n: int, seed: int, dup_c: bool, nulls: bool) -> dict[str, pa.Tab
 
 @pytest.mark.parametrize("policy", POLICIES)
 @pytest.mark.parametrize("batch_size", [None, 1, 7])
-def test_star_with_background_indexes_matches_duckdb(
-    every_table_in_background, policy, batch_size
-):
+def test_star_with_background_indexes_matches_duckdb(every_table_in_background, policy, batch_size):
     """b's key is unique (a direct run), c's repeats (a fallback): equal to DuckDB."""
     data = star_tables(60, seed=3, dup_c=True, nulls=True)
     cat = Catalog()

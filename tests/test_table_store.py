@@ -117,9 +117,7 @@ def test_int64_values_equal_a_gather(sizes, ids, shape, nulls, width):
     if n == 0:
         return
     raw = np.arange(n) * 3 % 97
-    values = pa.array(
-        [None if nulls and i % 11 == 4 else int(v) for i, v in enumerate(raw)], width
-    )
+    values = pa.array([None if nulls and i % 11 == 4 else int(v) for i, v in enumerate(raw)], width)
     store = TableStore.preloaded("t", chunked(pa.table({"k": values}), sizes))
     picked = [i % n for i in ids]
     if shape == "range" and picked:
