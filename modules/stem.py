@@ -371,6 +371,9 @@ class SteM(Module):
         limit = MAX_OUTPUT_ROWS
         outputs: list[TupleBatch] = []
         counts: np.ndarray | None
+        empty = cursor is None and not len(self._rows) and self.has_scan
+        if empty and not self._windowed and not batch.signature.floating:
+            return []  # nothing stored: no match, no prior probers to bounce back
         if cursor is None:
             horizon = len(self._rows)
             from_pos = 0
@@ -705,6 +708,12 @@ class SteM(Module):
         """The build's bounce-back: the singletons once per alias, with TimeStamp keys."""
         (row_ids,) = batch.rows.values()
         done = batch.signature.done if self.single_alias else 0
+        if self.single_alias:  # raw_ts is a range (BuildClock.take): its keys are one too
+            (a,) = self.aliases
+            n, first = len(raw_ts), int(raw_ts[0]) if len(raw_ts) else 0
+            na = self.n_aliases
+            ts = np.arange(first * na + a, (first + n) * na + a, na, dtype=np.int64)
+            return [TupleBatch(Signature(1 << a, done, True), {a: row_ids}, ts)]
         return [
             TupleBatch(Signature(1 << a, done, True), {a: row_ids}, raw_ts * self.n_aliases + a)
             for a in self.aliases

@@ -28,6 +28,7 @@ import numpy as np
 
 #: TimeStamp of a singleton not yet built into its SteM (the paper's ∞).
 UNBUILT_TS = np.iinfo(np.int64).max
+_UNBUILT = np.array(UNBUILT_TS, dtype=np.int64)
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,10 +97,15 @@ class TupleBatch:
             kept = int(np.count_nonzero(index))
             if kept * 8 <= len(index) * 7:
                 index = np.flatnonzero(index)
+        rows = {alias: ids[index] for alias, ids in self.rows.items()}
+        if self.ts.strides == (0,) and len(self.ts):  # one value for all (unbuilt)
+            ts = np.broadcast_to(self.ts[0], (len(next(iter(rows.values()))),))
+        else:
+            ts = self.ts[index]
         return TupleBatch(
             self.signature,
-            {alias: ids[index] for alias, ids in self.rows.items()},
-            self.ts[index],
+            rows,
+            ts,
             self.eot,
             self.origin,
             None if self.lmts is None else self.lmts[index],
@@ -158,6 +164,7 @@ def singleton_batch(
 ) -> TupleBatch:
     """New singleton tuples of one base table, as an AM emits them (``floating`` for a
     table that is never built: relaxed BuildFirst)."""
-    ts = np.full(len(row_ids), UNBUILT_TS, dtype=np.int64)
+    # One read-only value seen len(row_ids) times (stride 0): no array written a batch.
+    ts = np.broadcast_to(_UNBUILT, (len(row_ids),))
     sig = Signature(1 << alias, 0, built, floating=floating)
     return TupleBatch(sig, {alias: row_ids}, ts, eot, origin)
