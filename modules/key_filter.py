@@ -26,7 +26,7 @@ BITMAP_DENSITY = 8
 PACKED_MAX_BITS = 1 << 26
 #: A bitmap of one byte a code, with a False sentinel at each end, is used up to this
 #: range (8 MB) when the codes lie within +-2**62 (so that ``code - low`` can wrap only
-#: far outside the range): three NumPy passes a probe — subtract, clip, gather —
+#: far outside the range): two NumPy passes a probe — subtract, and a gather that clips —
 #: 65,536 codes in 75-110 µs, against 170-530 µs through the packed bits or a mask.
 BYTEMAP_MAX = 1 << 23
 _SAFE = 1 << 62
@@ -103,10 +103,9 @@ class KeyFilter:
             return np.zeros(len(keys), dtype=bool)
         if self._bitmap is not None:
             if self._lo > -_SAFE and self._hi < _SAFE:
-                # A code outside the range, wrapped or not, clips onto a sentinel.
-                slot = keys - (self._lo - 1)
-                np.clip(slot, 0, len(self._bitmap) - 1, out=slot)
-                return self._bitmap[slot]
+                # A code outside the range, wrapped or not, clips onto a sentinel (take's
+                # own clipping: one pass fewer than np.clip, 131k codes 125 µs vs 188).
+                return np.take(self._bitmap, keys - (self._lo - 1), mode="clip")
             inside = (keys >= self._lo) & (keys <= self._hi)
             found = np.zeros(len(keys), dtype=bool)
             found[inside] = self._bitmap[keys[inside] - self._lo + 1]
