@@ -73,12 +73,13 @@ from eddies.modules.key_filter import KeyFilter
 from eddies.modules.key_set import KeySet, bind_columns
 from eddies.modules.row_identity import RowIdentity
 from eddies.modules.stem_index import GrowableArray, SortedRunIndex
+from eddies.modules.stem_storage import DoneBits, RowIds
 from eddies.modules.window import EventTimeWindow, StreamClock, event_times, valid_mask
 from eddies.router.expressions import evaluate, mask_of
 from eddies.router.messages import ProbeCursor, Returned, Work
 from eddies.router.query_graph import Predicate, QueryGraph
 from eddies.router.tuple_batch import Signature, TupleBatch
-from eddies.sources.table_store import TableStore, is_range
+from eddies.sources.table_store import TableStore
 
 #: Most tuples one probe Work returns; a probe with more matches returns its rest to the eddy
 #: as a continuation (see ``SteM.process``).
@@ -265,15 +266,11 @@ class SteM(Module):
         self.probe_targets = probe_targets
         # Sized for the whole table when it is known, so builds never copy on growth.
         capacity = max(1024, self.store.preloaded_rows or 0)
-        self._rows = GrowableArray(np.int64, capacity)
+        # Row ids and Done bits are not written while they are implied (eddies.modules.
+        # stem_storage): the positions, and one value for every tuple.
+        self._rows = RowIds(capacity, implied=not self.clocks)
         self._ts = GrowableArray(np.int64, capacity)
-        self._done = GrowableArray(np.uint64, capacity)
-        # Facts about what is stored that spare a probe two random gathers per match: the
-        # row ids are the positions (every row built in scan order: a whole table), and
-        # every stored tuple has the same Done bits (None: none stored or they differ).
-        self._rows_are_positions = True
-        self._stored_done: int | None = None
-        self._stored_done_mixed = False
+        self._done = DoneBits(capacity)
         self.scanned = scanned  # set when the table's scan has delivered every row
         schema = self.store.schema
         # Competing AMs: remember which rows are held (by key, else by every column).
@@ -325,9 +322,9 @@ class SteM(Module):
     def release(self) -> None:
         """Free the stored tuples, indexes, key filters and EOTs (see Module.release)."""
         self._stop_direct_builds()
-        self._rows = GrowableArray(np.int64, 0)
+        self._rows = RowIds(0)
         self._ts = GrowableArray(np.int64, 0)
-        self._done = GrowableArray(np.uint64, 0)
+        self._done = DoneBits(0)
         self.indexes = {}
         self._key_filters = {}
         self.identity = None
@@ -682,17 +679,8 @@ class SteM(Module):
     def build(self, batch: TupleBatch, raw_ts: np.ndarray) -> list[TupleBatch]:
         """Insert singletons; bounce each back once per alias, with its TimeStamp key."""
         (row_ids,) = batch.rows.values()
-        start, n = len(self._rows), len(row_ids)
-        if self._rows_are_positions and n:
-            self._rows_are_positions = (
-                int(row_ids[0]) == start
-                and int(row_ids[-1]) == start + n - 1
-                and (n == 1 or is_range(row_ids))
-            )
+        start = len(self._rows)
         done = batch.signature.done if self.single_alias else 0
-        if n and not self._stored_done_mixed and self._stored_done != done:
-            self._stored_done_mixed = self._stored_done is not None
-            self._stored_done = done
         if self._building:
             for index in self._building:
                 assert index.builder is not None
@@ -701,7 +689,7 @@ class SteM(Module):
         self._ts.extend(raw_ts)
         if self.stream_clock is not None:
             self._clock_built(row_ids, raw_ts)
-        self._done.extend_constant(len(row_ids), np.uint64(done))
+        self._done.extend_constant(len(row_ids), done)
         return self._bounced(batch, raw_ts)
 
     def _bounced(self, batch: TupleBatch, raw_ts: np.ndarray) -> list[TupleBatch]:
@@ -800,8 +788,6 @@ class SteM(Module):
         self._rows.extend(row_ids)
         self._ts.extend(raw_ts)
         self._done.extend(np.asarray(state.done, dtype=np.uint64))
-        self._rows_are_positions = False
-        self._stored_done_mixed = True
         for cols, values in state.eots.items():
             arrays = tuple(values.column(c).combine_chunks() for c in cols)
             self.eots[cols].add(list(arrays))
@@ -841,15 +827,13 @@ class SteM(Module):
         ts, done = self._ts.view()[live], self._done.view()[live]
         capacity = max(1024, 2 * n_live)
         self._rows, self._ts, self._done = (
+            RowIds(capacity, implied=False),
             GrowableArray(np.int64, capacity),
-            GrowableArray(np.int64, capacity),
-            GrowableArray(np.uint64, capacity),
+            DoneBits(capacity),
         )
         self._rows.extend(np.arange(n_live, dtype=np.int64))
         self._ts.extend(ts)
         self._done.extend(done)
-        self._rows_are_positions = True  # row i is now stored at position i
-        self._stored_done_mixed = True
         self._stop_direct_builds()
         self.indexes = {c: ColumnIndex(c, k) for c, k in self.index_kinds.items()}
         clock.stored(len(self.store))
@@ -872,7 +856,10 @@ class SteM(Module):
         if index.indexed == stored:
             return index
         positions = np.arange(index.indexed, stored, dtype=np.int64)
-        row_ids = self._rows.view()[index.indexed :]
+        if self._rows.is_positions:  # known as a range: encoded as a slice, no check
+            row_ids = self.store.row_range(index.indexed, stored)
+        else:
+            row_ids = self._rows.view()[index.indexed :]
         keys, codes, valid = index.encode(self.store, index.columns, row_ids, grow=True)
         for store_codes, col_codes in zip(index.column_codes, codes, strict=False):
             store_codes.extend(col_codes)
@@ -1044,7 +1031,7 @@ class SteM(Module):
         if len(pos) == 0:
             return []
         rows = {a: ids[probe_idx] for a, ids in batch.rows.items()}
-        rows[target] = pos if self._rows_are_positions else self._rows.view()[pos]
+        rows[target] = self._rows.at(pos)
         if self._windowed:  # only tuples all inside their windows (eddies.modules.window)
             inside = valid_mask(rows, self.clocks)
             if inside is not None and not inside.all():
@@ -1060,8 +1047,8 @@ class SteM(Module):
         if not self.single_alias:
             return [result.with_signature(Signature(span, done, built, 0, looked, floating))]
         # Stored tuples may have passed their own SMs before being built: carry those bits.
-        if not self._stored_done_mixed:  # every stored tuple has these Done bits
-            first = self._stored_done or 0
+        first = self._done.constant
+        if first is not None:  # every stored tuple has these Done bits
             return [
                 result.with_signature(Signature(span, done | first, built, 0, looked, floating))
             ]

@@ -1,0 +1,125 @@
+"""A SteM's per-tuple columns that are often implied: row ids and stored Done bits.
+
+A SteM stores, per built tuple, its row id, build TimeStamp and Done bits (stems-2003
+§2.1; the Done bits of SMs passed before the build, so a probe's result carries them).
+Two of those are usually known without being stored: a SteM that builds a whole in-memory
+table in scan order holds row id ``i`` at position ``i``, and every tuple of a table whose
+SMs all ran before (or all after) its build has the same Done bits. Writing them out cost
+8 bytes a tuple each, twice per tuple of the Wisconsin 5x1M star's 2.6 M built tuples,
+and a probe then gathered them back at random positions. These columns hold nothing while
+the pattern lasts and write the values out once it breaks (issue 11: memory and time that
+follow the work).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from eddies.modules.stem_index import GrowableArray
+from eddies.sources.table_store import is_range
+
+
+class RowIds:
+    """Row ids of the stored tuples, by stored position (int64).
+
+    ``is_positions``: every stored row id equals its position (nothing is written then).
+    """
+
+    def __init__(self, capacity: int, implied: bool = True) -> None:
+        self._capacity = capacity
+        # Written out once they are not the positions (from the start unless ``implied``:
+        # a stream's SteM reads them whole at every build).
+        self._values: GrowableArray | None = None
+        self._n = 0
+        if not implied:
+            self._values = GrowableArray(np.int64, capacity)
+
+    def __len__(self) -> int:
+        return self._n
+
+    @property
+    def is_positions(self) -> bool:
+        return self._values is None
+
+    def extend(self, row_ids: np.ndarray) -> None:
+        """Append the row ids of one build (in build order)."""
+        n = len(row_ids)
+        if not n:
+            return
+        if self._values is None:
+            start = self._n
+            if (
+                int(row_ids[0]) == start
+                and int(row_ids[-1]) == start + n - 1
+                and (n == 1 or is_range(row_ids))
+            ):
+                self._n += n
+                return
+            self._values = GrowableArray(np.int64, max(self._capacity, start + n))
+            self._values.extend(np.arange(start, dtype=np.int64))
+        self._values.extend(row_ids)
+        self._n += n
+
+    def view(self) -> np.ndarray:
+        """All stored row ids (a fresh array while they are the positions: do not keep
+        it for later appends)."""
+        if self._values is None:
+            return np.arange(self._n, dtype=np.int64)
+        return self._values.view()
+
+    def at(self, positions: np.ndarray) -> np.ndarray:
+        """The row ids at ``positions`` (no gather while they are the positions)."""
+        return positions if self._values is None else self._values.view()[positions]
+
+
+class DoneBits:
+    """Stored Done bits (uint64) by position. ``constant``: the bits every stored tuple
+    has (0 when none is stored), or None once they differ."""
+
+    def __init__(self, capacity: int) -> None:
+        self._capacity = capacity
+        self._values: GrowableArray | None = None
+        self._first: int | None = None
+        self._n = 0
+
+    def __len__(self) -> int:
+        return self._n
+
+    @property
+    def constant(self) -> int | None:
+        if self._values is not None:
+            return None
+        return self._first or 0
+
+    def extend_constant(self, n: int, done: int) -> None:
+        """Append ``n`` tuples with Done bits ``done``."""
+        if not n:
+            return
+        if self._values is None and self._first in (None, done):
+            self._first = done
+            self._n += n
+            return
+        self._write_out()
+        assert self._values is not None
+        self._values.extend_constant(n, np.uint64(done))
+        self._n += n
+
+    def extend(self, done: np.ndarray) -> None:
+        """Append per-tuple Done bits (a checkpoint's restore)."""
+        if not len(done):
+            return
+        self._write_out()
+        assert self._values is not None
+        self._values.extend(np.asarray(done, dtype=np.uint64))
+        self._n += len(done)
+
+    def _write_out(self) -> None:
+        if self._values is None:
+            self._values = GrowableArray(np.uint64, max(self._capacity, self._n + 1024))
+            self._values.extend_constant(self._n, np.uint64(self._first or 0))
+
+    def view(self) -> np.ndarray:
+        """All stored Done bits (a fresh array while they are constant)."""
+        if self._values is None:
+            return np.full(self._n, self._first or 0, dtype=np.uint64)
+        return self._values.view()
