@@ -91,6 +91,13 @@ class KeyFilter:
         out.kind = "bitmap"
         return out
 
+    def dense_range(self) -> tuple[int, int] | None:
+        """``(lo, hi)`` when the filter holds every code from lo to hi and no other (a
+        bitmap with every slot set), else None."""
+        if self._bitmap is None or self.distinct != self._hi - self._lo + 1:
+            return None
+        return self._lo, self._hi
+
     @property
     def unique(self) -> bool:
         """Every code given once: a probe by these keys matches each tuple at most once."""

@@ -110,6 +110,24 @@ def test_unique_key_filters_are_offered_only_before_the_build():
     assert stats.modules["build:s"].tuples_in == in_r
 
 
+@pytest.mark.parametrize("hole", [False, True])
+def test_filter_that_cannot_drop_a_tuple_is_not_offered(hole):
+    """r holds every integer from the least to the greatest key of s's column: its filter
+    would pass every s tuple, so it is not offered even with the filters first in the
+    order. With one key missing from that range it is offered and drops those tuples."""
+    data = tables()
+    keys = [k for k in range(6) if not (hole and k == 3)]
+    data["r"] = pa.table({"a": pa.array(keys, pa.int64()), "v": [10 * k for k in keys]})
+    i = np.arange(60)
+    data["s"] = data["s"].set_column(0, "a", pa.array(i % 6, pa.int64()))  # no NULLs
+    table, stats = run_virtual(SQL, catalog(data), policy="static", order=FILTERS_FIRST, debug=True)
+    assert_same_bag(table, SQL, data)
+    in_t = [k for k in range(60) if k % 4 in (0, 1)]  # s.b is x or y: t's filter first
+    dropped = sum(1 for k in in_t if k % 6 == 3)
+    f = stats.modules["filter:r@sm1"]
+    assert (f.tuples_in, f.tuples_out) == ((len(in_t), len(in_t) - dropped) if hole else (0, 0))
+
+
 def test_explain_lists_the_filters():
     text = explain(SQL, catalog(tables()))
     assert "SteM filters" in text
