@@ -278,7 +278,7 @@ class SteM(Module):
         if graph.deduplicates(table):
             self.identity = RowIdentity(schema, key or tuple(schema.names))
         self._scan_origins = {a.id for a in graph.scans_of(table)}
-        self._building = self._start_direct_builds()
+        self._start_direct_builds()
         # EOT tuples held, per index AM bind-column list (only needed without a scan AM).
         self.has_scan = graph.has_scan(table)
         self.eots: dict[tuple[str, ...], KeySet] = {}
@@ -290,10 +290,11 @@ class SteM(Module):
     def __len__(self) -> int:
         return len(self._rows)
 
-    def _start_direct_builds(self) -> list[ColumnIndex]:
-        """The indexes whose direct-address tables are built in the background as tuples
-        are stored (eddies.modules.direct_build): one integer column without NULLs, of a
-        preloaded table of at least BACKGROUND_MIN_ROWS rows that is not a stream."""
+    def _start_direct_builds(self) -> None:
+        """Give a builder to each index whose direct-address table is built in the
+        background as tuples are stored (eddies.modules.direct_build): one integer column
+        without NULLs, of a preloaded table of at least BACKGROUND_MIN_ROWS rows that is
+        not a stream."""
         rows = self.store.preloaded_rows
         if (
             rows is None
@@ -301,23 +302,19 @@ class SteM(Module):
             or self.clocks
             or not direct_build.background_enabled()
         ):
-            return []
-        building = []
+            return
         for index in self.indexes.values():
             if index.kinds != (KIND_INT,):
                 continue
             whole = self.store.int64_column(index.columns[0])
             if whole is not None:
                 index.builder = DirectBuild(whole)
-                building.append(index)
-        return building
 
     def _stop_direct_builds(self) -> None:
-        for index in self._building:
+        for index in self.indexes.values():
             if index.builder is not None:
                 index.builder.abandon()
                 index.builder = None
-        self._building = []
 
     def release(self) -> None:
         """Free the stored tuples, indexes, key filters and EOTs (see Module.release)."""
@@ -700,9 +697,8 @@ class SteM(Module):
         (row_ids,) = batch.rows.values()
         start = len(self._rows)
         done = batch.signature.done if self.single_alias else 0
-        if self._building:
-            for index in self._building:
-                assert index.builder is not None
+        for index in self.indexes.values():
+            if index.builder is not None:
                 index.builder.add(row_ids, start)
         self._rows.extend(row_ids)
         self._ts.extend(raw_ts)
@@ -866,7 +862,6 @@ class SteM(Module):
         """
         if index.builder is not None:  # its direct-address table, built in the background
             builder, index.builder = index.builder, None
-            self._building = [i for i in self._building if i is not index]
             run = builder.finish()
             if run is not None:
                 index.index.insert_run(run)
