@@ -134,10 +134,6 @@ class TableStore:
             return None
         return first
 
-    def chunk_starts(self) -> np.ndarray:
-        """Row id where each chunk starts, and the row count last (int64, chunks + 1)."""
-        return self._layout.starts
-
     def int64_values(self, name: str, row_ids: np.ndarray) -> np.ndarray | None:
         """Column ``name`` at ``row_ids`` as int64 NumPy values (a SteM's join keys), or
         None unless the store is preloaded, the column is an integer type that fits int64,
