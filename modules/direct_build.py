@@ -34,7 +34,8 @@ from eddies.modules.stem_index import DIRECT_SPREAD, Run
 from eddies.sources.table_store import is_range
 
 #: Tables of at least this many rows have their direct-address tables built in the
-#: worker; below it a batch's hand-off (~30 µs) costs about what its scatter saves.
+#: worker (one default scan batch: a smaller table hands the thread one batch or less,
+#: nothing to overlap). Below it the index is built at the first probe.
 BACKGROUND_MIN_ROWS = 1 << 17
 
 _pool: ThreadPoolExecutor | None = None
