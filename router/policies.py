@@ -195,6 +195,11 @@ class RoutingPolicy:
     def book(self, destination: int, tuples_in: int, tuples_out: int) -> None:
         """Learn from one answer (lottery tickets); nothing by default."""
 
+    def on_filter_ready(self, destination: int, prior_selectivity: float) -> None:
+        """SteM filter ``destination`` is offered from now on, expected to keep
+        ``prior_selectivity`` of the tuples (see routing_table.FilterOffer); ignored by
+        default."""
+
     def on_failed(self, access: int) -> None:
         """AM ``access`` failed (the routing table no longer offers it)."""
 

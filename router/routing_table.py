@@ -96,6 +96,20 @@ class Destination:
 
 
 @dataclass(frozen=True)
+class FilterOffer:
+    """A complete SteM's answer about its filter (eddies.modules.stem.SteM.filter_pays):
+    offer it to built tuples (``built``), to unbuilt singletons before their build
+    (``unbuilt``), and the fraction of the other side's tuples it is expected to keep
+    before any has gone through it (``prior_selectivity``, in [0, 1]; None when unknown):
+    the SteM's qualifying keys over its table's rows, the selectivity of a semi-join on a
+    foreign key whose values are spread like the referenced rows."""
+
+    built: bool
+    unbuilt: bool
+    prior_selectivity: float | None = None
+
+
+@dataclass(frozen=True)
 class RouteEntry:
     """Eligible destinations for one signature.
 

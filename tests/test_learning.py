@@ -253,9 +253,10 @@ def test_hybrid_is_the_default_policy():
     )
 
 
-def test_hybrid_draws_free_choices_by_lottery_tickets():
-    """Among UDF-free SMs (free choices) the hybrid draws as the lottery does with the same
-    seed and the same answers booked: the same picks, one whole batch each, no pilots."""
+def test_hybrid_draws_free_choices_by_lottery_tickets_until_they_answer():
+    """Among UDF-free SMs (free choices) that have not answered yet, and have no prior, the
+    hybrid draws as the lottery does with the same seed and the same tickets booked: the
+    same picks, one whole batch each, no pilots."""
     hybrid, lottery = _policy(HybridPolicy), _policy(LotteryPolicy)
     assert all(d in hybrid.free for d in ENTRY.destinations)
     for p in (hybrid, lottery):
@@ -268,6 +269,46 @@ def test_hybrid_draws_free_choices_by_lottery_tickets():
     assert all(isinstance(c, int) for c in picks)  # whole batches, never split or held
     assert 0.8 < np.mean(np.asarray(picks) == 0) < 0.97  # ~990 / 1090 of the draws
     assert not hybrid._state  # rank's per-signature state never entered
+
+
+def test_hybrid_orders_answered_free_selections_by_rank_every_time():
+    """Once both UDF-free SMs have answered, every batch goes whole to the lower rank
+    (s − 1) / c: no draw sends a share to the other (the lottery's tickets would, in
+    proportion: ~100 / 1090 of the batches here)."""
+    hybrid = _policy(HybridPolicy)
+    _answer(hybrid, 0, 1000, 10, 1000 * 1e-8)  # keeps 1%, 10 ns a tuple
+    _answer(hybrid, 1, 1000, 900, 1000 * 5e-9)  # keeps 90%, 5 ns a tuple
+    assert {hybrid.choose(ENTRY, 4096, lambda d: True, SIG) for _ in range(200)} == {0}
+    # Cost counts too: the same selectivities at 100× the cost per tuple put arm 1 first.
+    hybrid = _policy(HybridPolicy)
+    _answer(hybrid, 0, 1000, 10, 1000 * 1e-6)
+    _answer(hybrid, 1, 1000, 900, 1000 * 1e-9)
+    assert {hybrid.choose(ENTRY, 4096, lambda d: True, SIG) for _ in range(200)} == {1}
+
+
+def test_hybrid_orders_a_new_filter_by_its_prior_selectivity():
+    """A SteM filter that has not answered is ordered by the prior its SteM gave
+    (``on_filter_ready``) against an answered selection's observed selectivity, and
+    against 1/3 (``UNKNOWN_SELECTIVITY``) for one that has not answered either."""
+    cat = Catalog()
+    for name in ("r", "s"):
+        cat.add_table(name, pa.table({"a": [1, 2, 3], "b": [1, 2, 2]}))
+    p = plan_query("SELECT * FROM r, s WHERE r.a = s.a AND s.b < 2", cat)
+    names = {d.name: d.id for d in p.destinations}
+    f, sm = names["filter:r@sm2"], names["sm1"]  # sm1: s.b < 2; sm2: r.a = s.a
+    entry = RouteEntry((names["build:s"], f, sm), (None,) * 3)
+    unbuilt = Signature(2, 0, False)
+    for prior, first in ((0.01, f), (0.9, sm)):
+        hybrid = HybridPolicy(p.destinations, np.random.default_rng(0))
+        hybrid.on_filter_ready(f, prior)
+        assert {hybrid.choose(entry, 50_000, lambda d: True, unbuilt) for _ in range(50)} == {first}
+    # The SM has answered (keeps 40%): a filter expected to keep 50% goes after it.
+    hybrid = HybridPolicy(p.destinations, np.random.default_rng(0))
+    hybrid.on_filter_ready(f, 0.5)
+    _answer(hybrid, sm, 1000, 400, 1000 * 5e-9)
+    assert hybrid.choose(entry, 50_000, lambda d: True, unbuilt) == sm
+    hybrid.on_filter_ready(f, 0.3)
+    assert hybrid.choose(entry, 50_000, lambda d: True, unbuilt) == f
 
 
 def test_hybrid_sends_free_selections_before_a_udf_whole_and_unpiloted():

@@ -266,3 +266,44 @@ def test_filter_leaves_out_rows_that_fail_their_own_predicate():
     f = stats.modules[r_filter]
     assert (f.tuples_in, f.tuples_out) == (60, sum(a in (2, 5) for a in s_a))
     assert stats.modules["build:r"].tuples_in == 5  # every r row was stored
+
+
+TPCH_SHAPE = (
+    "SELECT count(*) FROM c, o, l WHERE c.ck = o.ck AND o.ok = l.ok AND c.n < {kept} AND l.d > 40"
+)
+
+
+def tpch_shape() -> dict[str, pa.Table]:
+    """customer ⋈ orders ⋈ lineitem in small: 40 customers (n = i % 10), 200 orders, 600
+    line items whose d > 40 holds for 59% of them (TPC-H's l_shipdate predicate)."""
+    i = np.arange(600)
+    return {
+        "c": pa.table({"ck": np.arange(40), "n": np.arange(40) % 10}),
+        "o": pa.table({"ok": np.arange(200), "ck": np.arange(200) % 40}),
+        "l": pa.table({"ok": (i * 7) % 200, "d": i % 100}),
+    }
+
+
+@pytest.mark.parametrize("kept, filter_first", [(1, True), (9, False)])
+def test_a_new_filter_is_ordered_by_its_prior_selectivity(kept, filter_first):
+    """Before a free selection has answered, the default policy orders by selectivity: a
+    SteM filter's prior (its SteM's qualifying keys over its table's rows) against 1/3 for
+    an SM it knows nothing of. Orders arrive after customers (the customer filter keeps
+    them out of their SteM), line items last, in one batch: with 1 customer nation in 10
+    the orders filter (prior 20/200) takes every line item first and the date predicate
+    only its survivors; with 9 in 10 (prior 180/200) the date predicate goes first. The
+    same for every seed; the lottery's tickets had made it a draw."""
+    data = tpch_shape()
+    cat = Catalog()
+    for name, delay in (("c", 0.0), ("o", 0.5), ("l", 1.0)):
+        cat.add_table(name, data[name], delay=delay, batch_size=1024)
+    sql = TPCH_SHAPE.format(kept=kept)
+    for seed in range(5):
+        table, stats = run_virtual(sql, cat, seed=seed)
+        assert_same_bag(table, sql, data)
+        assert stats.modules["build:o"].tuples_in == 20 * kept  # the filter of c went first
+        date, f = stats.modules["sm2"], stats.modules["filter:o@sm4"]  # l.d > 40; o.ok = l.ok
+        if filter_first:
+            assert (f.tuples_in, date.tuples_in) == (600, f.tuples_out), seed
+        else:
+            assert (date.tuples_in, f.tuples_in) == (600, date.tuples_out), seed
