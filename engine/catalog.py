@@ -78,7 +78,10 @@ class CatalogTable:
     def new_store(self) -> TableStore:
         """The row store a query's AMs append to (preloaded for one in-memory scan)."""
         if self.table is not None:
-            return TableStore.preloaded(self.name, self.table)
+            scan = self.scans[0]
+            return TableStore.preloaded(
+                self.name, scan.table, schema=scan.schema, column=scan.plain_column
+            )
         return TableStore(self.name, self.schema)
 
 

@@ -49,11 +49,12 @@ every tuple they drop (expensive predicates last: Hellerstein & Stonebraker, SIG
 has answered the lowest selectivity (a SteM filter's prior, 1/3 for an SM):
 :meth:`HybridPolicy.first_selection`. Without a selection, a decision among free choices
 is the lottery's draw, and one with an expensive choice is ``rank``'s, which pilots the
-unknown choice on a few tuples before committing the batch. Among free choices a wrong order costs less than the module visits
-rank's estimates need to settle (its first whole-batch estimates of SteM probes depend on
-how full the SteMs were then), and the lottery's tickets keep learning from every answer;
-before an expensive choice a blind draw can cost the whole batch (a 2,000-row batch sent to
-a 10 ms async UDF before a 5% predicate: ``bench/adaptive_async.py``).
+unknown choice on a few tuples before committing the batch. Among free choices a wrong
+order costs less than the module visits rank's estimates need to settle (its first
+whole-batch estimates of SteM probes depend on how full the SteMs were then), and the
+lottery's tickets keep learning from every answer; before an expensive choice a blind
+draw can cost the whole batch (a 2,000-row batch sent to a 10 ms async UDF before a 5%
+predicate: ``bench/adaptive_async.py``).
 
 ``bandit``: Discounted UCB (D-UCB; Garivier & Moulines, "On Upper-Confidence Bound
 Policies for Switching Bandit Problems", ALT 2011) over the choices at each signature. A

@@ -17,7 +17,7 @@ from __future__ import annotations
 import math
 import os
 from collections.abc import AsyncIterator, Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from numbers import Integral, Real
 from typing import Any
 
@@ -51,7 +51,9 @@ class Throttled(DataSourceError):
 class TableSource:
     """One catalog table: its schema and how to read its rows.
 
-    table: all rows, for in-memory data; otherwise ``open_batches`` yields RecordBatches
+    table: all rows, for in-memory data, as registered (zero-copy: view and dictionary
+    columns are cast to :attr:`schema`'s plain types only when a query first reads them,
+    :meth:`plain_column`); otherwise ``open_batches`` yields RecordBatches
     (from ``dataset``, files read lazily; ``reader``, a one-shot stream; or ``stream_of``,
     an object whose ``__arrow_c_stream__`` is called again by each scan), or, for an
     asynchronous source (a paged web scan), ``pages()`` is an async iterator of Tables or
@@ -73,14 +75,35 @@ class TableSource:
     access_name: str = ""
     build: bool = True  # False: relaxed BuildFirst (see Catalog.add_table)
     stream: Any = None  # the StreamTable feeding ``pages``, for a stream table
+    # Columns of ``table`` cast to the plain schema, by name (see plain_column).
+    _plain: dict[str, pa.ChunkedArray] = field(default_factory=dict, repr=False, compare=False)
 
     def plain(self, batch: pa.RecordBatch) -> pa.RecordBatch:
         """A batch in :attr:`schema` (dictionary-encoded columns decoded)."""
         return batch if batch.schema == self.schema else batch.cast(self.schema)
 
+    def plain_column(self, name: str) -> pa.ChunkedArray:
+        """Column ``name`` of :attr:`table` in :attr:`schema`'s type, chunked as the table.
+
+        A string_view or dictionary column is cast the first time a query reads it and kept
+        for the next ones: registering a table copies nothing (issue 11: the SF1 TPC-H
+        tables' 14 string_view columns had cost 336 MB at add_table), and a query copies
+        only the columns it reads, once."""
+        column = self._plain.get(name)
+        if column is None:
+            assert self.table is not None
+            column = self.table.column(name)
+            wanted = self.schema.field(name).type
+            if column.type != wanted:
+                column = column.cast(wanted)
+            self._plain[name] = column
+        return column
+
     def new_store(self) -> TableStore:
         if self.table is not None:
-            return TableStore.preloaded(self.name, self.table)
+            return TableStore.preloaded(
+                self.name, self.table, schema=self.schema, column=self.plain_column
+            )
         return TableStore(self.name, self.schema)
 
     @property
@@ -227,9 +250,14 @@ def check_row_keys(rows: list, names: list[str], where: str) -> None:
             )
 
 
-def _plain_table(table: pa.Table) -> pa.Table:
-    schema = plain_schema(table.schema)
-    return table if schema == table.schema else table.cast(schema)
+def _without_empty_chunks(table: pa.Table) -> pa.Table:
+    """``table`` without its empty chunks (zero-copy), so that a query's row store can
+    take its chunks as they are (eddies.sources.table_store)."""
+    if table.num_columns and any(len(c) == 0 for c in table.column(0).chunks):
+        return pa.Table.from_batches(
+            [b for b in table.to_batches() if b.num_rows], schema=table.schema
+        )
+    return table
 
 
 def _number(value: Any) -> bool:
@@ -260,8 +288,9 @@ def make_source(
     if isinstance(data, pa.RecordBatch):
         data = pa.Table.from_batches([data])
     if isinstance(data, pa.Table):
-        data = _plain_table(data)
-        return TableSource(name, data.schema, table=data, **options)  # zero-copy: chunks kept
+        # Zero-copy: chunks kept, view and dictionary columns cast when first read.
+        data = _without_empty_chunks(data)
+        return TableSource(name, plain_schema(data.schema), table=data, **options)
     if isinstance(data, pa.RecordBatchReader):
         return TableSource(name, plain_schema(data.schema), reader=data, **options)
     if _is_pandas(data):
@@ -270,8 +299,8 @@ def make_source(
         except (pa.ArrowInvalid, pa.ArrowTypeError, ValueError) as exc:  # ValueError: a
             # duplicate column name
             raise DataSourceError(f"table {name!r}: cannot convert the DataFrame: {exc}") from exc
-        table = _plain_table(table)
-        return TableSource(name, table.schema, table=table, **options)
+        table = _without_empty_chunks(table)
+        return TableSource(name, plain_schema(table.schema), table=table, **options)
     if isinstance(data, str | os.PathLike):
         dataset = open_path(data, f"table {name!r}")
         return TableSource(

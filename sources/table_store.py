@@ -10,6 +10,7 @@ registered at once for in-memory data (then appending costs nothing).
 from __future__ import annotations
 
 import weakref
+from collections.abc import Callable
 
 import numpy as np
 import pyarrow as pa
@@ -32,17 +33,41 @@ class TableStore:
         self._table: pa.Table = schema.empty_table() if table is None else table
         self._layout = _Layout(self._table)
         self._preloaded = False
+        # A preloaded table's columns in the store's schema (None: the table's own).
+        self._plain_column: Callable[[str], pa.ChunkedArray] | None = None
         self._columns: dict[str, pa.Array] = {}
         self._int64: dict[str, np.ndarray | None] = {}
         # Row-id arrays handed out as ranges (row_range), by id: known ranges in O(1).
         self._ranges: weakref.WeakValueDictionary[int, np.ndarray] = weakref.WeakValueDictionary()
 
     @classmethod
-    def preloaded(cls, name: str, table: pa.Table) -> TableStore:
-        """A store that already holds all of ``table`` (rows 0..n-1), without copying it."""
-        store = cls(name, table.schema, table)  # no empty table made first (~0.1 ms)
+    def preloaded(
+        cls,
+        name: str,
+        table: pa.Table,
+        schema: pa.Schema | None = None,
+        column: Callable[[str], pa.ChunkedArray] | None = None,
+    ) -> TableStore:
+        """A store that already holds all of ``table`` (rows 0..n-1), without copying it.
+
+        ``schema``: the store's, when some of ``table``'s columns have other types (view
+        or dictionary columns registered as they came); ``column(name)`` then gives a
+        column in the store's type, chunked as ``table`` (cast on first use, by the
+        caller's cache: eddies.sources.arrow_source.TableSource.plain_column)."""
+        store = cls(name, schema or table.schema, table)  # no empty table made first
         store._preloaded = True
+        if store.schema != table.schema:
+            if column is None or store._layout.table is not table:
+                store._set(table.cast(store.schema))  # chunks remade: cast them here
+            else:
+                store._plain_column = column
         return store
+
+    def _chunked(self, name: str) -> pa.ChunkedArray:
+        """Column ``name`` of the store's table, in the store's schema."""
+        if self._plain_column is not None:
+            return self._plain_column(name)
+        return self._layout.table.column(name)
 
     def __len__(self) -> int:
         return self._table.num_rows
@@ -64,6 +89,7 @@ class TableStore:
 
     def _set(self, table: pa.Table) -> None:
         # Layout first: a reader that sees the new table must not see the old layout.
+        self._plain_column = None
         self._layout = _Layout(table)
         self._table = table
         self._columns.clear()
@@ -73,7 +99,11 @@ class TableStore:
         """Keep only the rows ``kept`` (row ids, in the order wanted); they become rows
         0..len(kept)-1. Only safe where no row id of this store is in flight (a windowed
         stream's SteM evicting at a quiescent point, see eddies.modules.window)."""
-        table = self._table.take(pa.array(kept, pa.int64())).combine_chunks()
+        table = self._table
+        if self._plain_column is not None:
+            columns = [self._plain_column(n) for n in self.schema.names]
+            table = pa.Table.from_arrays(columns, schema=self.schema)
+        table = table.take(pa.array(kept, pa.int64())).combine_chunks()
         self._chunks = table.to_batches() or []
         self._preloaded = False
         self._set(table)
@@ -88,7 +118,7 @@ class TableStore:
         table = self._table
         col = self._columns.get(name)
         if col is None or len(col) != table.num_rows:
-            chunked = table.column(name)
+            chunked = self._chunked(name) if self._preloaded else table.column(name)
             col = chunked.chunk(0) if chunked.num_chunks == 1 else chunked.combine_chunks()
             self._columns[name] = col
         return col
@@ -102,7 +132,7 @@ class TableStore:
             return self._int64[name]
         values = None
         if self._preloaded and self._layout.num_chunks == 1:
-            col = self._table.column(name).chunk(0)
+            col = self._chunked(name).chunk(0)
             kind = col.type
             fits = pa.types.is_signed_integer(kind) or (
                 pa.types.is_unsigned_integer(kind) and kind.bit_width <= 32
@@ -204,7 +234,7 @@ class TableStore:
         key = f"{name}\x00{chunk}"
         if key in self._int64:
             return self._int64[key]
-        col = self._layout.table.column(name).chunk(chunk)
+        col = self._chunked(name).chunk(chunk)
         kind = col.type
         fits = pa.types.is_signed_integer(kind) or (
             pa.types.is_unsigned_integer(kind) and kind.bit_width <= 32
@@ -219,10 +249,11 @@ class TableStore:
         """Values of column ``name`` at ``row_ids`` (a slice when the ids are a range)."""
         layout = self._layout
         table = layout.table
+        whole = self._chunked(name) if self._preloaded else table.column(name)
         n = len(row_ids)
         start = self.range_start(row_ids)
         if start is not None:
-            part = table.column(name).slice(start, n)
+            part = whole.slice(start, n)
             return part.chunk(0) if part.num_chunks == 1 else part.combine_chunks()
         if layout.num_chunks <= 1:
             return self.column(name).take(pa.array(row_ids))
@@ -230,13 +261,13 @@ class TableStore:
         if cached is not None and len(cached) == table.num_rows:
             return cached.take(pa.array(row_ids))
         if n == 0:
-            return table.column(name).chunk(0).slice(0, 0)
+            return whole.chunk(0).slice(0, 0)
         chunk = layout.single_chunk(row_ids)
         if chunk is not None:  # all in one chunk: the common case of scan-ordered ids
             local = row_ids - layout.starts[chunk] if chunk else row_ids
-            return table.column(name).chunk(chunk).take(pa.array(local))
+            return whole.chunk(chunk).take(pa.array(local))
         if n * SMALL_GATHER < table.num_rows:
-            return _take_by_chunk(table.column(name), layout.starts, row_ids)
+            return _take_by_chunk(whole, layout.starts, row_ids)
         return self.column(name).take(pa.array(row_ids))
 
 
