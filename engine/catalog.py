@@ -80,7 +80,11 @@ class CatalogTable:
         if self.table is not None:
             scan = self.scans[0]
             return TableStore.preloaded(
-                self.name, scan.table, schema=scan.schema, column=scan.plain_column
+                self.name,
+                scan.table,
+                schema=scan.schema,
+                column=scan.plain_column,
+                row_ids=scan.row_ids,
             )
         return TableStore(self.name, self.schema)
 
