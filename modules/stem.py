@@ -269,7 +269,7 @@ class SteM(Module):
         capacity = max(1024, self.store.preloaded_rows or 0)
         # Row ids and Done bits are not written while they are implied (eddies.modules.
         # stem_storage): the positions, and one value for every tuple.
-        self._rows = RowIds(capacity, implied=not self.clocks)
+        self._rows = RowIds(capacity, implied=not self.clocks, range_start=self.store.range_start)
         self._ts = GrowableArray(np.int64, capacity)
         self._done = DoneBits(capacity)
         self.scanned = scanned  # set when the table's scan has delivered every row

@@ -13,10 +13,20 @@ follow the work).
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 
 from eddies.modules.stem_index import GrowableArray
 from eddies.sources.table_store import is_range
+
+
+def _range_start(row_ids: np.ndarray) -> int | None:
+    """The first id when ``row_ids`` (not empty) are consecutive ascending ids, else None."""
+    first, n = int(row_ids[0]), len(row_ids)
+    if int(row_ids[-1]) - first != n - 1 or not (n == 1 or is_range(row_ids)):
+        return None
+    return first
 
 
 class RowIds:
@@ -25,8 +35,16 @@ class RowIds:
     ``is_positions``: every stored row id equals its position (nothing is written then).
     """
 
-    def __init__(self, capacity: int, implied: bool = True) -> None:
+    def __init__(
+        self,
+        capacity: int,
+        implied: bool = True,
+        range_start: Callable[[np.ndarray], int | None] | None = None,
+    ) -> None:
         self._capacity = capacity
+        # The first id of row ids that are consecutive ascending ids, else None (the row
+        # store's TableStore.range_start: O(1) for a scan's batch); None: check each id.
+        self._range_start = range_start or _range_start
         # Written out once they are not the positions (from the start unless ``implied``:
         # a stream's SteM reads them whole at every build).
         self._values: GrowableArray | None = None
@@ -48,11 +66,7 @@ class RowIds:
             return
         if self._values is None:
             start = self._n
-            if (
-                int(row_ids[0]) == start
-                and int(row_ids[-1]) == start + n - 1
-                and (n == 1 or is_range(row_ids))
-            ):
+            if int(row_ids[0]) == start and self._range_start(row_ids) == start:
                 self._n += n
                 return
             self._values = GrowableArray(np.int64, max(self._capacity, start + n))
