@@ -259,11 +259,12 @@ class TableStore:
         """Values of column ``name`` at ``row_ids`` (a slice when the ids are a range)."""
         layout = self._layout
         table = layout.table
-        whole = self._chunked(name) if self._preloaded else table.column(name)
+        # The column as chunked as the layout: of this snapshot while appends may run.
+        whole = self._chunked if self._preloaded else table.column
         n = len(row_ids)
         start = self.range_start(row_ids)
         if start is not None:
-            part = whole.slice(start, n)
+            part = whole(name).slice(start, n)
             return part.chunk(0) if part.num_chunks == 1 else part.combine_chunks()
         if layout.num_chunks <= 1:
             return self.column(name).take(pa.array(row_ids))
@@ -271,13 +272,13 @@ class TableStore:
         if cached is not None and len(cached) == table.num_rows:
             return cached.take(pa.array(row_ids))
         if n == 0:
-            return whole.chunk(0).slice(0, 0)
+            return whole(name).chunk(0).slice(0, 0)
         chunk = layout.single_chunk(row_ids)
         if chunk is not None:  # all in one chunk: the common case of scan-ordered ids
             local = row_ids - layout.starts[chunk] if chunk else row_ids
-            return whole.chunk(chunk).take(pa.array(local))
+            return whole(name).chunk(chunk).take(pa.array(local))
         if n * SMALL_GATHER < table.num_rows:
-            return _take_by_chunk(whole, layout.starts, row_ids)
+            return _take_by_chunk(whole(name), layout.starts, row_ids)
         return self.column(name).take(pa.array(row_ids))
 
 
