@@ -84,7 +84,7 @@ class CatalogTable:
                 scan.table,
                 schema=scan.schema,
                 column=scan.plain_column,
-                row_ids=scan.row_ids if scan.keeps_row_ids() else None,
+                row_ids=scan.row_ids,
             )
         return TableStore(self.name, self.schema)
 

@@ -48,10 +48,6 @@ class Throttled(DataSourceError):
         self.retry_after = retry_after
 
 
-#: A table's kept row ids may cost at most 1/ROW_IDS_MAX_SHARE of its own bytes.
-ROW_IDS_MAX_SHARE = 8
-
-
 @dataclass
 class TableSource:
     """One catalog table: its schema and how to read its rows.
@@ -83,7 +79,6 @@ class TableSource:
     # Columns of ``table`` cast to the plain schema, by name (see plain_column).
     _plain: dict[str, pa.ChunkedArray] = field(default_factory=dict, repr=False, compare=False)
     _row_ids: np.ndarray | None = field(default=None, repr=False, compare=False)
-    _keeps_row_ids: bool | None = field(default=None, repr=False, compare=False)
 
     def plain(self, batch: pa.RecordBatch) -> pa.RecordBatch:
         """A batch in :attr:`schema` (dictionary-encoded columns decoded)."""
@@ -106,21 +101,10 @@ class TableSource:
             self._plain[name] = column
         return column
 
-    def keeps_row_ids(self) -> bool:
-        """Whether :meth:`row_ids` may be kept: they cost at most ``1 / ROW_IDS_MAX_SHARE``
-        of the table's own bytes, so the memory a query leaves behind stays a small share
-        of its input (TPC-H SF1's lineitem: 48 MB of ~900 MB)."""
-        if self._keeps_row_ids is None:
-            assert self.table is not None
-            budget = self.table.get_total_buffer_size() // ROW_IDS_MAX_SHARE
-            self._keeps_row_ids = 8 * self.table.num_rows <= budget
-        return self._keeps_row_ids
-
     def row_ids(self) -> np.ndarray:
         """The row ids 0..n-1 of :attr:`table`, int64, read-only: made when a query first
-        scans it and kept (8 bytes a row, as an int64 column; only where
-        :meth:`keeps_row_ids`), so that each query's scan batches are views of it, not a
-        fresh ``arange`` each (TableStore.row_range: TPC-H SF1 36 instead of 41-45 ms)."""
+        scans it and kept (8 bytes a row, as an int64 column), so that each query's scan
+        batches are views of it (TableStore.row_range)."""
         ids = self._row_ids
         if ids is None:
             assert self.table is not None
@@ -136,7 +120,7 @@ class TableSource:
                 self.table,
                 schema=self.schema,
                 column=self.plain_column,
-                row_ids=self.row_ids if self.keeps_row_ids() else None,
+                row_ids=self.row_ids,
             )
         return TableStore(self.name, self.schema)
 

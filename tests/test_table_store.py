@@ -46,7 +46,10 @@ def test_add_table_does_not_copy_a_multi_chunk_table():
     assert_same_bag(out, "SELECT count(*), sum(w) FROM t WHERE v < 0.5", {"t": data})
 
 
-VIEWS = "SELECT r.k, r.s, r.d, t.x FROM r JOIN t ON r.s = t.s WHERE r.d LIKE 'd%' AND r.k % 3 <> 1"
+VIEWS = (
+    "SELECT r.k, r.s, r.d, t.x FROM r JOIN t ON r.s = t.s "
+    "WHERE r.d LIKE 'd%' AND r.k % 3 <> 1"
+)
 
 
 def test_view_and_dictionary_columns_are_cast_when_first_read():
@@ -192,28 +195,3 @@ def test_handed_range_is_known_without_looking_at_its_ids():
     assert store.range_start(np.array([2, 3, 4], dtype=np.int64)) == 2  # checked id by id
     assert store.range_start(np.array([2, 4, 4], dtype=np.int64)) is None
     assert store.range_start(np.array([4, 3, 5], dtype=np.int64)) is None
-
-
-def test_row_ids_are_kept_only_where_they_cost_a_small_share_of_the_table():
-    """A registered table's row ids (8 bytes a row) are made by its first query and kept
-    when they cost at most 1/ROW_IDS_MAX_SHARE of the table's bytes: each query's scan
-    batches are then read-only views of them. A narrow table gets fresh ids per batch.
-    Either way the ids are 0..n-1 and the answers DuckDB's."""
-    n = 20_000
-    wide = pa.table({f"c{j}": np.arange(n) * j for j in range(12)})  # 96 B a row
-    narrow = pa.table({"c1": np.arange(n, dtype=np.int32)})  # 4 B a row
-    cat = Catalog()
-    cat.add_table("wide", wide, batch_size=4096)
-    cat.add_table("narrow", narrow, batch_size=4096)
-    sql = "SELECT count(*), sum(w.c3) FROM wide w JOIN narrow x ON w.c1 = x.c1 WHERE w.c2 < 9000"
-    for _ in range(2):
-        assert_same_bag(execute(sql, cat), sql, {"wide": wide, "narrow": narrow})
-    kept, fresh = cat.table("wide").scans[0], cat.table("narrow").scans[0]
-    assert kept.keeps_row_ids() and not fresh.keeps_row_ids()
-    assert fresh._row_ids is None
-    ids = kept._row_ids
-    assert ids is not None and not ids.flags.writeable and ids.tolist() == list(range(n))
-    batch = cat.table("wide").new_store().row_range(4096, 8192)
-    assert batch.base is ids and batch.tolist() == list(range(4096, 8192))
-    other = cat.table("narrow").new_store().row_range(4096, 8192)
-    assert other.base is None and other.tolist() == list(range(4096, 8192))
