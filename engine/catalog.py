@@ -80,11 +80,7 @@ class CatalogTable:
         if self.table is not None:
             scan = self.scans[0]
             return TableStore.preloaded(
-                self.name,
-                scan.table,
-                schema=scan.schema,
-                column=scan.plain_column,
-                row_ids=scan.row_ids,
+                self.name, scan.table, schema=scan.schema, column=scan.plain_column
             )
         return TableStore(self.name, self.schema)
 

@@ -21,7 +21,6 @@ from dataclasses import dataclass, field
 from numbers import Integral, Real
 from typing import Any
 
-import numpy as np
 import pyarrow as pa
 import pyarrow.dataset as ds
 
@@ -78,7 +77,6 @@ class TableSource:
     stream: Any = None  # the StreamTable feeding ``pages``, for a stream table
     # Columns of ``table`` cast to the plain schema, by name (see plain_column).
     _plain: dict[str, pa.ChunkedArray] = field(default_factory=dict, repr=False, compare=False)
-    _row_ids: np.ndarray | None = field(default=None, repr=False, compare=False)
 
     def plain(self, batch: pa.RecordBatch) -> pa.RecordBatch:
         """A batch in :attr:`schema` (dictionary-encoded columns decoded)."""
@@ -101,26 +99,10 @@ class TableSource:
             self._plain[name] = column
         return column
 
-    def row_ids(self) -> np.ndarray:
-        """The row ids 0..n-1 of :attr:`table`, int64, read-only: made when a query first
-        scans it and kept (8 bytes a row, as an int64 column), so that each query's scan
-        batches are views of it (TableStore.row_range)."""
-        ids = self._row_ids
-        if ids is None:
-            assert self.table is not None
-            ids = np.arange(self.table.num_rows, dtype=np.int64)
-            ids.flags.writeable = False  # shared by every query's tuples
-            self._row_ids = ids
-        return ids
-
     def new_store(self) -> TableStore:
         if self.table is not None:
             return TableStore.preloaded(
-                self.name,
-                self.table,
-                schema=self.schema,
-                column=self.plain_column,
-                row_ids=self.row_ids,
+                self.name, self.table, schema=self.schema, column=self.plain_column
             )
         return TableStore(self.name, self.schema)
 

@@ -35,8 +35,6 @@ class TableStore:
         self._preloaded = False
         # A preloaded table's columns in the store's schema (None: the table's own).
         self._plain_column: Callable[[str], pa.ChunkedArray] | None = None
-        # A preloaded table's row ids 0..n-1, read-only, kept by its source (or None).
-        self._all_row_ids: Callable[[], np.ndarray] | None = None
         self._columns: dict[str, pa.Array] = {}
         self._int64: dict[str, np.ndarray | None] = {}
         # Row-id arrays handed out as ranges (row_range), by id: known ranges in O(1).
@@ -49,20 +47,15 @@ class TableStore:
         table: pa.Table,
         schema: pa.Schema | None = None,
         column: Callable[[str], pa.ChunkedArray] | None = None,
-        row_ids: Callable[[], np.ndarray] | None = None,
     ) -> TableStore:
         """A store that already holds all of ``table`` (rows 0..n-1), without copying it.
 
         ``schema``: the store's, when some of ``table``'s columns have other types (view
         or dictionary columns registered as they came); ``column(name)`` then gives a
         column in the store's type, chunked as ``table`` (cast on first use, by the
-        caller's cache: eddies.sources.arrow_source.TableSource.plain_column).
-        ``row_ids()``: the ids 0..n-1 as one read-only int64 array kept by the caller;
-        :meth:`row_range` hands out views of it instead of a fresh ``arange`` per scan
-        batch (5 M ids a query in the 5×1M star: ~2.5 ms of page faults and writes)."""
+        caller's cache: eddies.sources.arrow_source.TableSource.plain_column)."""
         store = cls(name, schema or table.schema, table)  # no empty table made first
         store._preloaded = True
-        store._all_row_ids = row_ids
         if store.schema != table.schema:
             if column is None or store._layout.table is not table:
                 store._set(table.cast(store.schema))  # chunks remade: cast them here
@@ -153,10 +146,7 @@ class TableStore:
         """The row ids ``start .. end-1`` (int64), remembered as a range: a scan's batch,
         whose gathers are then slices without checking every id (:meth:`range_start`).
         The array must not be changed in place (no row-id array of a tuple ever is)."""
-        if self._all_row_ids is not None and self._preloaded:
-            ids = self._all_row_ids()[start:end]  # a view: no fresh pages per scan batch
-        else:
-            ids = np.arange(start, end, dtype=np.int64)
+        ids = np.arange(start, end, dtype=np.int64)
         self._ranges[id(ids)] = ids
         return ids
 
