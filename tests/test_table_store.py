@@ -46,10 +46,7 @@ def test_add_table_does_not_copy_a_multi_chunk_table():
     assert_same_bag(out, "SELECT count(*), sum(w) FROM t WHERE v < 0.5", {"t": data})
 
 
-VIEWS = (
-    "SELECT r.k, r.s, r.d, t.x FROM r JOIN t ON r.s = t.s "
-    "WHERE r.d LIKE 'd%' AND r.k % 3 <> 1"
-)
+VIEWS = "SELECT r.k, r.s, r.d, t.x FROM r JOIN t ON r.s = t.s WHERE r.d LIKE 'd%' AND r.k % 3 <> 1"
 
 
 def test_view_and_dictionary_columns_are_cast_when_first_read():
