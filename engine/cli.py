@@ -12,7 +12,8 @@
 Exit codes: 0 success, 2 usage or query error (one line on stderr, ``error: <message>``
 or ``eddies <command>: error: <message>``, no traceback), 1 internal error (an exception
 that is not an EddiesError: a bug; one line, the traceback with ``--log-level debug``),
-130 interrupted (Ctrl-C). ``python -m eddies`` runs the same command.
+130 interrupted (Ctrl-C; ``serve-demo`` also stops on SIGTERM, exit 143). ``python -m
+eddies`` runs the same command.
 """
 
 from __future__ import annotations
@@ -22,11 +23,12 @@ import datetime as dt
 import decimal
 import os
 import pathlib
+import signal
 import sys
 import traceback
 from collections import Counter
 from collections.abc import Sequence
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import pyarrow as pa
 import trio
@@ -43,6 +45,9 @@ from eddies.engine.precise_clock import run_clock
 from eddies.engine.progress import QueryProgress
 from eddies.router.policies import DEFAULT_POLICY
 from eddies.sources.dataset_source import is_glob
+
+if TYPE_CHECKING:
+    from eddies.sources.demo_server import DemoServerConfig
 
 __all__ = ["DEMO_SQL", "DEMO_TABLES", "GLOSSARY", "describe_module", "main"]
 
@@ -737,6 +742,10 @@ def _cmd_demo(args: argparse.Namespace) -> int:
     return 0
 
 
+# Signals that stop ``serve-demo`` cleanly; the exit code is 128 + the signal's number.
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
 def _cmd_serve_demo(args: argparse.Namespace) -> int:
     from eddies.sources.demo_server import DEMO_KEYS, DemoServerConfig, demo_tables, serve
     from eddies.sources.nycflights import TABLE_NAMES
@@ -765,28 +774,45 @@ def _cmd_serve_demo(args: argparse.Namespace) -> int:
     tables = demo_tables(names)
     keys = {name: DEMO_KEYS[name] for name in names if name in DEMO_KEYS}
 
-    async def run() -> None:
-        async with trio.open_nursery() as nursery:
-            server = await nursery.start(serve, tables, keys, config, args.host, args.port)
-            url = server.url
-            lines = [
-                f"eddies demo server at {url} (Ctrl-C to stop)",
-                f"  GET {url}/tables",
-                f"  GET {url}/tables/{{name}}                schema (Arrow IPC, base64) and key",
-                f"  GET {url}/tables/{{name}}/rows?offset=0&limit=1000&format=arrow|json",
-                f"  GET {url}/tables/{{name}}/lookup?COLUMN=VALUE&format=arrow|json",
-                "tables: "
-                + ", ".join(
-                    f"{name} ({table.num_rows:,} rows"
-                    + (f", key {','.join(keys[name])})" if name in keys else ")")
-                    for name, table in tables.items()
-                ),
-                f"faults: {config.describe()}",
-            ]
-            print("\n".join(lines), flush=True)
+    async def run() -> int:
+        # The signals are received as messages, not as a KeyboardInterrupt that trio raises
+        # in whichever task runs when Ctrl-C comes: inside a connection's hypercorn task
+        # such an interrupt could be swallowed (the server kept serving) or turn into
+        # another error on its way out (exit 1), so stopping would depend on timing.
+        with trio.open_signal_receiver(*STOP_SIGNALS) as stop_signals:
+            async with trio.open_nursery() as nursery:
+                server = await nursery.start(serve, tables, keys, config, args.host, args.port)
+                print(_demo_banner(server.url, tables, keys, config), flush=True)
+                signum = await anext(stop_signals)
+                nursery.cancel_scope.cancel()
+        return signum
 
-    trio.run(run, clock=run_clock())
-    return 0
+    signum = trio.run(run, clock=run_clock())
+    _error(
+        "interrupted" if signum == signal.SIGINT else f"stopped by {signal.Signals(signum).name}"
+    )
+    return 128 + signum
+
+
+def _demo_banner(
+    url: str, tables: dict[str, pa.Table], keys: dict[str, Any], config: DemoServerConfig
+) -> str:
+    """The lines ``serve-demo`` prints once it listens: its URL, routes, tables, faults."""
+    lines = [
+        f"eddies demo server at {url} (Ctrl-C to stop)",
+        f"  GET {url}/tables",
+        f"  GET {url}/tables/{{name}}                schema (Arrow IPC, base64) and key",
+        f"  GET {url}/tables/{{name}}/rows?offset=0&limit=1000&format=arrow|json",
+        f"  GET {url}/tables/{{name}}/lookup?COLUMN=VALUE&format=arrow|json",
+        "tables: "
+        + ", ".join(
+            f"{name} ({table.num_rows:,} rows"
+            + (f", key {','.join(keys[name])})" if name in keys else ")")
+            for name, table in tables.items()
+        ),
+        f"faults: {config.describe()}",
+    ]
+    return "\n".join(lines)
 
 
 # --------------------------------------------------------------------------------------

@@ -431,7 +431,11 @@ def test_serve_demo_argparse_errors_exit_2(capsys):
     assert "--port" in capsys.readouterr().err
 
 
-def test_serve_demo_serves_until_ctrl_c():
+@pytest.mark.parametrize(
+    ("stop", "code", "message"),
+    [(signal.SIGINT, 130, "interrupted"), (signal.SIGTERM, 143, "stopped by SIGTERM")],
+)
+def test_serve_demo_serves_until_ctrl_c(stop, code, message):
     command = [sys.executable, "-m", "eddies.engine.cli", "serve-demo", "--port", "0"]
     command += ["--tables", "airlines", "--latency", "lookup=0.01"]
     process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -449,9 +453,9 @@ def test_serve_demo_serves_until_ctrl_c():
                 return await session.lookup({"carrier": "AA"})
 
         assert trio.run(lookup)["name"].to_pylist() == ["American Airlines Inc."]
-        process.send_signal(signal.SIGINT)
+        process.send_signal(stop)
         _, err = process.communicate(timeout=120)  # a hang guard: ~2 s on a loaded machine
     finally:
         process.kill()
-    assert process.returncode == 130
-    assert "Traceback" not in err and "interrupted" in err
+    assert process.returncode == code, err
+    assert "Traceback" not in err and message in err, err
