@@ -982,3 +982,74 @@ def test_guard_counts_the_visits_a_migration_adds(monkeypatch):
         stats.modules[joins[d].name].batches_in = 0
     migrator._looked.clear()
     assert [c.ids.tolist() for c in migrator.cohorts(greedy, admitted=1)] == [[0, 1]]
+
+
+def test_join_selectivity_counts_the_pairs_looked_at():
+    """StairJoin.selectivity: matches per (probe tuple, stored tuple) pair over the
+    probes of both sides; a probe that meets an empty dual, or a NULL key, looks at no
+    pair. r.a = s.a with r = [1, 1, 2, NULL] and s = [1, 3]."""
+    tables = {
+        "r": pa.table({"a": pa.array([1, 1, 2, None], pa.int64())}),
+        "s": pa.table({"a": pa.array([1, 3], pa.int64())}),
+    }
+    plan, graph, joins = _stair_setup(tables, "SELECT * FROM r, s WHERE r.a = s.a")
+    (join,) = joins.values()
+    r, s = (next(a.index for a in graph.aliases if a.name == n) for n in "rs")
+    assert join.selectivity() is None
+    join.route(_singletons(graph, r, [0, 1]))  # the dual is empty: nothing looked at
+    assert join.selectivity() is None
+    out = join.route(_singletons(graph, s, [0, 1]))  # 2 probes × 2 stored, 2 matches
+    assert sum(len(b) for b in out) == 2
+    assert join.selectivity() == pytest.approx(2 / 4, rel=1e-3)
+    join.route(_singletons(graph, r, [2, 3]))  # 1 valid probe × 2 stored, no match
+    assert join.selectivity() == pytest.approx(2 / 6, rel=1e-3)
+
+
+def test_fanout_of_an_abandoned_join_follows_its_state():
+    """The greedy plan's fan-out of a join is its selectivity times the dual STAIR's
+    size, not the fan-out last observed from that side: while the eddy sends s tuples to
+    s ⋈ t, the t tuples stored in s ⋈ t raise what an s tuple would meet there, though no
+    s tuple probes it (the plan would otherwise turn back to the join it left: TPC-H
+    §5.2's routing thrash, bench/stairs.py Fig. 7(i))."""
+    from eddies.modules.stair import StairMigrator
+    from eddies.router.stats import RunStats
+
+    tables = {
+        "r": pa.table({"a": list(range(10))}),
+        "s": pa.table({"a": list(range(10)), "b": list(range(10))}),
+        "t": pa.table({"b": [i % 10 for i in range(40)]}),
+    }
+    plan, graph, joins = _stair_setup(tables, "SELECT * FROM r, s, t WHERE r.a = s.a AND s.b = t.b")
+    rs, st_ = joins
+    s, t = (next(a.index for a in graph.aliases if a.name == n) for n in "st")
+    migrator = StairMigrator(joins, graph, RunStats(graph, plan.destinations))
+    joins[st_].route(_singletons(graph, s, range(10)))  # s tuples first, into s ⋈ t
+    joins[st_].route(_singletons(graph, t, range(10)))  # 10 × 10 pairs, 10 matches
+    assert migrator._fanouts()[(st_, s)] == pytest.approx(0.1 * 10, rel=1e-3)
+    joins[st_].route(_singletons(graph, t, range(10, 40)))  # 30 more t, probing s only
+    assert migrator._fanouts()[(st_, s)] == pytest.approx(0.1 * 40, rel=1e-3)
+    assert migrator._fanouts()[(st_, t)] == pytest.approx(0.1 * 10, rel=1e-3)
+
+
+def test_a_remnant_that_would_cost_visits_moves_with_its_cohort(monkeypatch):
+    """Figure 6's cohort again (s3 went to S ⋈ T): s2 would meet more partners at S ⋈ T
+    than it saves, so it is not worth moving on its own. Left behind it keeps S^R's group
+    in R ⋈ S, and each later probe there meeting it answers with a small batch more to
+    route on; when the probe batches still to come are many, those visits cost more than
+    moving s2 too, and the whole cohort moves."""
+    import numpy as np
+
+    from eddies.modules.stair import Cohort, GreedyPlan
+
+    monkeypatch.setattr(stair, "MIGRATION_COST", 0)
+    joins, graph, stats, migrator, first, (rs, st_), (r, s, t) = _figure6(4, range(3))
+    s3 = {**first, 1 << s: st_}
+    _route_to_completion(joins, graph, _singletons(graph, s, [3]), s3.get)
+    greedy = GreedyPlan(joins, {(rs, s): 5.0, (st_, s): 0.5, (rs, r): 5.0})
+    assert migrator.new_signatures(s, st_, greedy) == []  # no visit added by moving
+    cohort = Cohort(s, rs, st_, np.asarray([0, 1, 2], dtype=np.int64))
+    assert migrator.worth_moving(cohort, 1, greedy).tolist() == [0, 1]
+    stats.modules[joins[rs].name].batches_in = 1000  # many probes to come
+    assert migrator.worth_moving(cohort, 1, greedy).tolist() == [0, 1, 2]
+    monkeypatch.setattr(stair, "VISIT_COST", 0)  # visits free: s2 stays again
+    assert migrator.worth_moving(cohort, 1, greedy).tolist() == [0, 1]
