@@ -437,6 +437,11 @@ DENSE_FACTOR = 8
 #: The greedy policy's hysteresis (§4.2, thrashing): a cohort is a candidate only when
 #: its new join's cumulative selectivity is at least this fraction below its old one's.
 MIGRATION_MARGIN = 0.2
+#: A cohort the guard looked at is looked at again only once the admitted input grew
+#: this many times: each look scans the stored tuples holding its relation, and on
+#: bench/stairs.py Fig. 8 the looks that moved nothing were most of what STAIRs' CPU
+#: exceeded EddyJoins' by (1.25: 79-80% of the setups within 1.1x, 1.5: 82%, 2: 84%).
+LOOK_AGAIN = 2.0
 
 
 class GreedyPlan:
@@ -661,7 +666,7 @@ class StairMigrator:
         singletons of X while the plan sends X to e' with a cumulative selectivity
         ``MIGRATION_MARGIN`` lower, the tuples of that cohort worth moving
         (:meth:`worth_moving`); each cohort looked at again only once the admitted tuples
-        grew by a quarter (stages, not a check every ``CHECK_EVERY``). With no plan
+        grew ``LOOK_AGAIN`` times (stages, not a check every ``CHECK_EVERY``). With no plan
         (``self.random``): a random part of each cohort, to a random other join."""
         out = []
         # Only an alias with more than one join has a routing decision to undo; the
@@ -677,7 +682,7 @@ class StairMigrator:
                     if target == d:
                         continue
                     key = (alias, d, target)
-                    if admitted < 1.25 * self._looked.get(key, 0) or plan.cumulative(
+                    if admitted < LOOK_AGAIN * self._looked.get(key, 0) or plan.cumulative(
                         span, target
                     ) >= (1 - MIGRATION_MARGIN) * plan.cumulative(span, d):
                         continue
