@@ -992,7 +992,7 @@ def test_join_selectivity_counts_the_pairs_looked_at():
         "r": pa.table({"a": pa.array([1, 1, 2, None], pa.int64())}),
         "s": pa.table({"a": pa.array([1, 3], pa.int64())}),
     }
-    plan, graph, joins = _stair_setup(tables, "SELECT * FROM r, s WHERE r.a = s.a")
+    _plan, graph, joins = _stair_setup(tables, "SELECT * FROM r, s WHERE r.a = s.a")
     (join,) = joins.values()
     r, s = (next(a.index for a in graph.aliases if a.name == n) for n in "rs")
     assert join.selectivity() is None
@@ -1020,7 +1020,7 @@ def test_fanout_of_an_abandoned_join_follows_its_state():
         "t": pa.table({"b": [i % 10 for i in range(40)]}),
     }
     plan, graph, joins = _stair_setup(tables, "SELECT * FROM r, s, t WHERE r.a = s.a AND s.b = t.b")
-    rs, st_ = joins
+    _rs, st_ = joins
     s, t = (next(a.index for a in graph.aliases if a.name == n) for n in "st")
     migrator = StairMigrator(joins, graph, RunStats(graph, plan.destinations))
     joins[st_].route(_singletons(graph, s, range(10)))  # s tuples first, into s ⋈ t
@@ -1042,7 +1042,7 @@ def test_a_remnant_that_would_cost_visits_moves_with_its_cohort(monkeypatch):
     from eddies.modules.stair import Cohort, GreedyPlan
 
     monkeypatch.setattr(stair, "MIGRATION_COST", 0)
-    joins, graph, stats, migrator, first, (rs, st_), (r, s, t) = _figure6(4, range(3))
+    joins, graph, stats, migrator, first, (rs, st_), (r, s, _t) = _figure6(4, range(3))
     s3 = {**first, 1 << s: st_}
     _route_to_completion(joins, graph, _singletons(graph, s, [3]), s3.get)
     greedy = GreedyPlan(joins, {(rs, s): 5.0, (st_, s): 0.5, (rs, r): 5.0})
