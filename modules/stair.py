@@ -464,9 +464,12 @@ class GreedyPlan:
         fanout: dict[tuple[int, int], float],
         random: np.random.Generator | None = None,
         topology: JoinTopology | None = None,
+        observed: dict[tuple[int, int], float] | None = None,
     ) -> None:
         self.joins = joins
         self.fanout = fanout
+        # what the migration guard spreads over the rows to come (StairMigrator._spread)
+        self.observed = fanout if observed is None else observed
         self.random = random
         self.topology = topology or JoinTopology(joins)
         self._choices: dict[int, int] = {}
@@ -642,7 +645,10 @@ class StairMigrator:
         if admitted - self._checked_at < interval or (admitted < FIRST_CHECK and self._checked_at):
             return
         self._checked_at = admitted
-        plan = GreedyPlan(self.joins, self._fanouts(), topology=self.topology)
+        observed = self._observed_fanouts()
+        plan = GreedyPlan(
+            self.joins, self._fanouts(observed), topology=self.topology, observed=observed
+        )
         if self.routes:
             # routing entries ask choice() per span: only a changed choice needs them anew
             changed = not plan.agrees_with(self.plan)
@@ -720,7 +726,7 @@ class StairMigrator:
         stored = len(join.stairs[alias])
         total = self.totals.get(far)
         to_come = total * left if left is not None and total else len(join.stairs[far])
-        return plan.fanout.get((d, far), 0.0) * to_come / max(stored, 1)
+        return plan.observed.get((d, far), 0.0) * to_come / max(stored, 1)
 
     def _holding(self, alias: int) -> tuple[int, int]:
         """(stored tuples holding ``alias`` that are not its singletons, all stored tuples
@@ -847,28 +853,39 @@ class StairMigrator:
                         made += _occurrences(g.rows[alias].view(), ids)
         return made
 
-    def _fanouts(self) -> dict[tuple[int, int], float]:
-        """Per (join, side): the fan-out a tuple from that side meets now — the join's
-        selectivity (:meth:`StairJoin.selectivity`) times the dual STAIR's stored
-        tuples. A join no probe has met stored tuples at yet: decayed tuples out ÷
-        tuples in over every signature that reached it from that side (router
-        estimates). The state model matters when a join's state grows while the eddy
-        sends a relation elsewhere: an observed fan-out of the abandoned join would stay
-        what it was when it was left (no tuple refreshes it), and the plan would turn
-        back to it (TPC-H §5.2: orders back to orders ⋈ lineitem for 16 k tuples,
-        routing thrash of §4.2)."""
-        out: dict[tuple[int, int], float] = {}
+    def _observed_fanouts(self) -> dict[tuple[int, int], float]:
+        """Per (join, side): decayed tuples out ÷ tuples in over every signature that
+        reached the join from that side (eddies.router.estimates). The guard spreads
+        these over the partner rows to come (:meth:`_spread`): a fan-out per tuple that
+        reached the join, times base rows, is what the guard was built on; the state
+        model of :meth:`_fanouts`, times base rows, would count every partner row as if it
+        passed the selections before the join (TPC-H §5.2: 4.8 per customer, of whom 1 in
+        260 passes; bench/stairs.py Fig. 7(ii) then kept a cohort of 30 k orders)."""
         estimates = self.stats.estimates
-        if estimates is not None:
-            sums: dict[tuple[int, int], list[float]] = {}
-            for sig, arms in estimates.by_signature.items():
-                for d, j in self.joins.items():
-                    if d in arms:
-                        est = estimates.get(sig, d)
-                        acc = sums.setdefault((d, j.side_of(sig.span)), [0.0, 0.0])
-                        acc[0] += est.out
-                        acc[1] += est.tuples
-            out = {k: o / n for k, (o, n) in sums.items() if n > 0}
+        if estimates is None:
+            return {}
+        sums: dict[tuple[int, int], list[float]] = {}
+        for sig, arms in estimates.by_signature.items():
+            for d, j in self.joins.items():
+                if d in arms:
+                    est = estimates.get(sig, d)
+                    acc = sums.setdefault((d, j.side_of(sig.span)), [0.0, 0.0])
+                    acc[0] += est.out
+                    acc[1] += est.tuples
+        return {k: o / n for k, (o, n) in sums.items() if n > 0}
+
+    def _fanouts(
+        self, observed: dict[tuple[int, int], float] | None = None
+    ) -> dict[tuple[int, int], float]:
+        """Per (join, side), for the plan's choices: the fan-out a tuple from that side
+        meets now — the join's selectivity (:meth:`StairJoin.selectivity`) times the
+        dual STAIR's stored tuples; for a join no probe has met stored tuples at yet,
+        the ``observed`` one (:meth:`_observed_fanouts`). The state model matters when a
+        join's state grows while the eddy sends a relation elsewhere: the observed
+        fan-out of the abandoned join would stay what it was when it was left (no tuple
+        refreshes it), and the plan would turn back to it (TPC-H §5.2: orders back to
+        orders ⋈ lineitem for 16 k tuples, the routing thrash of §4.2)."""
+        out = dict(self._observed_fanouts() if observed is None else observed)
         for d, j in self.joins.items():
             sigma = j.selectivity()
             if sigma is None:

@@ -808,7 +808,7 @@ def test_routing_entries_forgotten_only_when_the_greedy_plan_changes(monkeypatch
     s = next(a.index for a in graph.aliases if a.name == "s")
     rs, st_ = (d for d, j in joins.items() if s in (j.edge.left, j.edge.right))
     fanouts = {}
-    monkeypatch.setattr(migrator, "_fanouts", lambda: dict(fanouts))
+    monkeypatch.setattr(migrator, "_fanouts", lambda observed=None: dict(fanouts))
     asked = migrator.choice(1 << s)
     migrator.at_stasis(1)  # the same fan-outs (all 1): the same plan
     assert forgotten == [] and migrator.choice(1 << s) == asked
