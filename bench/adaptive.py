@@ -45,7 +45,7 @@ import pyarrow.parquet as pq
 from common import console, engine_or_exit, fmt_ms, fmt_ratio, print_table, verdict
 
 from eddies.engine import Catalog, execute, run_query
-from eddies.engine.run import RunOptions
+from eddies.engine.execute.run import RunOptions
 
 HERE = pathlib.Path(__file__).parent
 OUT = HERE / "out"
@@ -57,7 +57,7 @@ def scalar(table: pa.Table) -> int:
 
 
 def static_names(sql: str, cat: Catalog) -> list[str]:
-    from eddies.engine.planner import plan_query
+    from eddies.engine.plan.planner import plan_query
 
     return [d.name for d in plan_query(sql, cat).destinations]
 

@@ -18,7 +18,7 @@ and, since calls come in waves of ``concurrency``, not even
 Both are printed; the target (within 1.3× under every seed) is checked against the wave
 bound. ``trio floor`` is the same calls run by bare trio under a CapacityLimiter, no
 engine: what the machine's timers make of the waves (under load a 10 ms sleep overshoots),
-under trio's own clock and under the engine's (``eddies.engine.precise_clock``: epoll
+under trio's own clock and under the engine's (``eddies.engine.runtime.precise_clock``: epoll
 rounds a wait up to whole milliseconds, so under trio's clock each wave of calls that
 started a few hundred microseconds apart ends about a millisecond late).
 
@@ -139,7 +139,7 @@ def run_section_a(args) -> list[dict]:
     engine_or_exit()
     bound = args.keep * args.latency / args.concurrency
     wave_bound = math.ceil(args.keep / args.concurrency) * args.latency
-    from eddies.engine.precise_clock import run_clock
+    from eddies.engine.runtime.precise_clock import run_clock
 
     floor = statistics.median(trio_floor(args.keep, args) for _ in range(args.repeat))
     engine_floor = statistics.median(

@@ -152,6 +152,6 @@ def engine_or_exit() -> None:
     except ImportError as exc:  # the engine is being written
         console.print(f"[red]eddies.engine is not usable yet: {exc}[/]")
         raise SystemExit(2) from exc
-    from eddies.engine.logging_setup import configure_logging
+    from eddies.engine.runtime.logging_setup import configure_logging
 
     configure_logging(level="warning")  # keep info lines about each query out of the report

@@ -1,4 +1,4 @@
-"""What durable state costs: checkpoint size and time per commit (eddies.engine.durable).
+"""What durable state costs: checkpoint size and time per commit (eddies.engine.streaming.durable).
 
 A stream-stream join (``l JOIN r ON l.k = r.k``) and an update-mode aggregate over one
 stream are pushed micro-batch by micro-batch under ``BackgroundQuery``, a commit point
@@ -27,8 +27,8 @@ import pyarrow as pa
 from common import print_table, verdict
 
 from eddies.engine import Catalog
-from eddies.engine.sinks import MemorySink
-from eddies.engine.streaming import BackgroundQuery
+from eddies.engine.streaming.sinks import MemorySink
+from eddies.engine.streaming.thread_runner import BackgroundQuery
 from eddies.modules.window import RowWindow
 
 SIDE = pa.schema([("k", pa.int64()), ("v", pa.int64())])

@@ -1,4 +1,4 @@
-"""Full garbage collections during small queries, with and without engine/gc_freeze.py.
+"""Full garbage collections during small queries, with and without engine/runtime/gc_freeze.py.
 
 Runs the issue-10 (a) query (2,000 rows, a 5% predicate, a per-row ``async def`` UDF; the
 UDF sleeps 0.1 ms here so that many runs fit) ``--runs`` times in a fresh interpreter,

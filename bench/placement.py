@@ -80,8 +80,8 @@ def run(spark, root: Path, label: str, placement: str, args, planes: pa.Table, s
     from pyspark.sql.pandas.types import from_arrow_schema
 
     from eddies.engine import Catalog
-    from eddies.engine.sinks import CallbackSink
-    from eddies.engine.spark import attach
+    from eddies.engine.spark.driver import attach
+    from eddies.engine.streaming.sinks import CallbackSink
 
     sql, mode = QUERIES[label]
     cat = Catalog()

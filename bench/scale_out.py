@@ -30,7 +30,7 @@ from collections import Counter
 import pyarrow as pa
 
 from eddies.engine import Catalog, execute
-from eddies.engine.partitioned import analyze_partitioning, run_partitioned_arrow
+from eddies.engine.spark.partitioned import analyze_partitioning, run_partitioned_arrow
 from eddies.sources.nycflights import load_table
 
 QUERIES = {

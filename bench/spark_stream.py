@@ -278,7 +278,7 @@ def run_eddies(
     source: Any, planes: pa.Table, url: str, checkpoint: Path, max_concurrency: int
 ) -> Side:
     from eddies.engine import Catalog
-    from eddies.engine.spark import attach
+    from eddies.engine.spark.driver import attach
 
     side = Side(f"eddies attached ({max_concurrency} lookups in flight)")
     catalog = Catalog()

@@ -4,10 +4,11 @@ Run SQL over Arrow data with an eddy that routes tuples among scan AMs, SMs and 
 learns the cheapest order while it runs (Avnur & Hellerstein, SIGMOD 2000; Raman, Deshpande
 & Hellerstein, ICDE 2003).
 
-The names below are loaded lazily (PEP 562): ``import eddies.engine.errors`` from a lower
-layer (modules, router, sources) must not pull in the planner and the whole API, or the
-layers would import each other in a cycle. ``from eddies.engine import execute`` works as
-usual.
+The names below are loaded lazily (PEP 562), so importing one engine module does not pull
+in the planner and the whole API; ``from eddies.engine import execute`` works as usual.
+The error types live in the leaf module :mod:`eddies.errors`. Old module paths
+(``eddies.engine.sinks``, ...) still import, with a DeprecationWarning
+(:mod:`eddies.engine.deprecated_paths`).
 """
 
 from __future__ import annotations
@@ -15,7 +16,8 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from eddies.engine.logging_setup import ensure_configured
+from eddies.engine import deprecated_paths
+from eddies.engine.runtime.logging_setup import ensure_configured
 
 #: Public name -> the module that defines it.
 _EXPORTS = {
@@ -26,16 +28,16 @@ _EXPORTS = {
     "run_query": "eddies.engine.api",
     "Catalog": "eddies.engine.catalog",
     "RunOptions": "eddies.engine.options",
-    "DataSourceError": "eddies.engine.errors",
-    "EddiesError": "eddies.engine.errors",
-    "QueryTypeError": "eddies.engine.errors",
-    "SqlSyntaxError": "eddies.engine.errors",
-    "UdfError": "eddies.engine.errors",
-    "UnknownColumnError": "eddies.engine.errors",
-    "UnknownTableError": "eddies.engine.errors",
-    "UnsupportedQueryError": "eddies.engine.errors",
-    "explain": "eddies.engine.explain",
-    "configure_logging": "eddies.engine.logging_setup",
+    "DataSourceError": "eddies.errors",
+    "EddiesError": "eddies.errors",
+    "QueryTypeError": "eddies.errors",
+    "SqlSyntaxError": "eddies.errors",
+    "UdfError": "eddies.errors",
+    "UnknownColumnError": "eddies.errors",
+    "UnknownTableError": "eddies.errors",
+    "UnsupportedQueryError": "eddies.errors",
+    "explain": "eddies.engine.plan.explain",
+    "configure_logging": "eddies.engine.runtime.logging_setup",
     "POLICIES": "eddies.router.policies",
     "ModuleStats": "eddies.router.stats",
     "RoutingEvent": "eddies.router.stats",
@@ -69,7 +71,10 @@ __all__ = [
 if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
     from eddies.engine.api import QueryResults, QueryRun, execute, open_query, run_query
     from eddies.engine.catalog import Catalog
-    from eddies.engine.errors import (
+    from eddies.engine.options import RunOptions
+    from eddies.engine.plan.explain import explain
+    from eddies.engine.runtime.logging_setup import configure_logging
+    from eddies.errors import (
         DataSourceError,
         EddiesError,
         QueryTypeError,
@@ -79,9 +84,6 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
         UnknownTableError,
         UnsupportedQueryError,
     )
-    from eddies.engine.explain import explain
-    from eddies.engine.logging_setup import configure_logging
-    from eddies.engine.options import RunOptions
     from eddies.router.policies import POLICIES
     from eddies.router.stats import ModuleStats, RoutingEvent, RunStats
 
@@ -98,6 +100,8 @@ def __getattr__(name: str) -> Any:
 def __dir__() -> list[str]:
     return sorted(set(globals()) | set(__all__))
 
+
+deprecated_paths.install()
 
 # Quiet by default (warnings, to stderr) unless the application configured logging itself.
 ensure_configured()

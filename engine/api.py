@@ -18,28 +18,28 @@ import pyarrow as pa
 import structlog
 import trio
 
+from eddies.engine.above.finalize import Finalizer
 from eddies.engine.catalog import Catalog
-from eddies.engine.commit_points import Commit, CommitPoints
-from eddies.engine.composite import CompositeResults, is_composite, open_composite
-from eddies.engine.durable import DurableState, check_durable
-from eddies.engine.errors import EddiesError, UnsupportedQueryError
-from eddies.engine.finalize import Finalizer
-from eddies.engine.gc_freeze import freeze_import_time_objects
-from eddies.engine.incremental import (
+from eddies.engine.execute.composite import CompositeResults, is_composite, open_composite
+from eddies.engine.execute.run import run_plan, seed_scheduler
+from eddies.engine.frontend.parse import parse_statement
+from eddies.engine.options import RunOptions
+from eddies.engine.plan.join_state import with_join_state
+from eddies.engine.plan.plan_cache import cached_plan
+from eddies.engine.plan.planner import Plan
+from eddies.engine.runtime.gc_freeze import freeze_import_time_objects
+from eddies.engine.runtime.malloc_retain import retain_freed_memory
+from eddies.engine.runtime.precise_clock import run_clock
+from eddies.engine.streaming.commit_points import Commit, CommitPoints
+from eddies.engine.streaming.durable import DurableState, check_durable
+from eddies.engine.streaming.incremental import (
     AggregateStats,
     EventTimes,
     StreamingAggregate,
     StreamingPlan,
     plan_streaming,
 )
-from eddies.engine.join_state import with_join_state
-from eddies.engine.malloc_retain import retain_freed_memory
-from eddies.engine.options import RunOptions
-from eddies.engine.plan_cache import cached_plan
-from eddies.engine.planner import Plan
-from eddies.engine.precise_clock import run_clock
-from eddies.engine.run import run_plan, seed_scheduler
-from eddies.engine.sql import parse_statement
+from eddies.errors import EddiesError, UnsupportedQueryError
 from eddies.router.stats import RunStats
 
 log = structlog.get_logger("eddies.engine")
@@ -98,7 +98,7 @@ class QueryResults:
         return self._batches()
 
     async def commit(self, tag: Hashable) -> list[pa.RecordBatch]:
-        """Wait for the next commit point (see :mod:`eddies.engine.commit_points`): every
+        """Wait for the next commit point (see :mod:`eddies.engine.streaming.commit_points`): every
         tuple pushed into the query's streams so far has been processed. Returns the result
         batches yielded since the previous commit point if ``keep_increments`` is set
         (else []). Another task must be iterating the results meanwhile. Raises EddiesError
@@ -120,7 +120,7 @@ class QueryResults:
         return await self.commit_points.request_commit(tag)
 
     def attach_commit_points(self, points: CommitPoints) -> None:
-        """Called by the query's task before any of its modules start (engine/run.py)."""
+        """Called by the query's task before any of its modules start (engine/execute/run.py)."""
         self.commit_points = points
         self._points_attached.set()
 
@@ -213,7 +213,7 @@ async def open_query(
     Options as in :func:`run_query`. Batches leave as soon as the eddy produces them (after
     the whole input for queries with aggregation, ORDER BY or DISTINCT). Leaving the block
     early stops the query. A composite query (WITH, subqueries, set operations, window
-    functions; see :mod:`eddies.engine.composite`) yields a CompositeResults of the same
+    functions; see :mod:`eddies.engine.execute.composite`) yields a CompositeResults of the same
     shape whose ``stats`` are those of its latest eddy query. Raises a subclass of
     EddiesError for bad queries, options or data, before any task starts where it can.
     """
@@ -379,8 +379,8 @@ def execute(
 
 
 # Last: every module a query runs is loaded now, so the objects they made are frozen out of
-# later full garbage collections (engine/gc_freeze.py; EDDIES_GC_FREEZE=0 turns it off).
+# later full garbage collections (engine/runtime/gc_freeze.py; EDDIES_GC_FREEZE=0 turns it off).
 freeze_import_time_objects()
-# Freed NumPy memory stays mapped for the next batch and query (engine/malloc_retain.py;
+# Freed NumPy memory stays mapped for the next batch and query (engine/runtime/malloc_retain.py;
 # EDDIES_MALLOC_RETAIN=0 turns it off).
 retain_freed_memory()

@@ -19,7 +19,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from eddies.engine.errors import DataSourceError, EddiesError, UdfError
+from eddies.errors import DataSourceError, EddiesError, UdfError
 from eddies.modules.window import Window, check_window
 from eddies.router.expressions import DEFAULT_UDF_BACKOFF, FunctionSpec
 from eddies.sources.arrow_source import TableSource, make_source, plain_schema
@@ -99,7 +99,7 @@ class Catalog:
     def __init__(self) -> None:
         self._tables: dict[str, CatalogTable] = {}
         self._functions: dict[str, FunctionSpec] = {}
-        self._version = 0  # bumped by every change (engine/plan_cache.py keys plans on it)
+        self._version = 0  # bumped by every change (engine/plan/plan_cache.py keys plans on it)
 
     def add_table(
         self,
@@ -164,7 +164,8 @@ class Catalog:
     ) -> StreamTable:
         """Add a table fed by pushes from another thread; returns the :class:`StreamTable`
         to push micro-batches into (``push(batch, batch_id)``, then ``close()``) while a
-        query runs, e.g. under :class:`eddies.engine.streaming.BackgroundQuery`. A replayed
+        query runs, e.g. under :class:`eddies.engine.streaming.thread_runner.BackgroundQuery`. A
+        replayed
         ``batch_id`` adds no rows.
 
         window: bound the table's SteM (stems-2003 §2.3): ``RowWindow(n)`` keeps the last

@@ -19,8 +19,8 @@ from dataclasses import dataclass
 from numbers import Integral, Real
 from typing import Any
 
-from eddies.engine.errors import EddiesError
-from eddies.engine.intervals import span_us
+from eddies.engine.expr.intervals import span_us
+from eddies.errors import EddiesError
 from eddies.router.policies import DEFAULT_POLICY, check_policy_options
 
 
@@ -32,7 +32,7 @@ class RunOptions:
     (eddies-2000 §4), ``rank``, ``bandit`` or ``hybrid`` (:mod:`eddies.router.learning`);
     default ``hybrid``: rank with pilots where a choice may be expensive (an SM calling a
     UDF, an index AM lookup), the lottery among free ones. order: destination names for
-    ``static`` (see :func:`eddies.engine.explain`), a sequence of strings, kept as a tuple.
+    ``static`` (see :func:`eddies.engine.plan.explain`), a sequence of strings, kept as a tuple.
     window: seconds per ticket window for ``lottery-window`` (positive, finite). batch_size:
     rows per scan batch, a positive int (1 = the per-tuple eddy of the paper; None: the
     table's or the engine's default). seed: a non-negative int that makes the policy's draws
@@ -46,7 +46,7 @@ class RunOptions:
     filters: whether SteM filters (semi-joins by a complete SteM's join keys, see
     :mod:`eddies.router.routing_table`) may be offered. output_mode: for queries over stream
     tables, how results leave at each commit point (Spark's output modes, see
-    :mod:`eddies.engine.incremental`): ``"update"`` (the groups that changed),
+    :mod:`eddies.engine.streaming.incremental`): ``"update"`` (the groups that changed),
     ``"complete"`` (every group), ``"append"`` (a group once final); None: an aggregate's
     result leaves when the streams end. watermarks: stream table name -> ``(event-time
     column, allowed lateness)``, the lateness as text (``"10 seconds"``) or a
@@ -54,11 +54,11 @@ class RunOptions:
     join_state: ``"stems"`` (SteMs, stems-2003; the default), ``"eddyjoins"`` (STAIRs that
     never migrate: the EddyJoins baseline of stairs-2004) or ``"stairs"`` (STAIRs with
     state migration by the greedy policy of stairs-2004 §4.1); see
-    :mod:`eddies.engine.join_state` for what they refuse.
+    :mod:`eddies.engine.plan.join_state` for what they refuse.
     checkpoint: a folder (str or path; kept as str) where a query over stream tables
     checkpoints its state — stream SteMs, windows, a streaming aggregate, the lookup
     cache, the batch ids taken — at every commit point, and from which a restarted query
-    with the same SQL resumes (see :mod:`eddies.engine.durable`); None: state lives in
+    with the same SQL resumes (see :mod:`eddies.engine.streaming.durable`); None: state lives in
     memory only.
 
     Raises EddiesError naming the option and the bad value; ``True`` is not a number here.
@@ -168,7 +168,7 @@ class RunOptions:
         }
 
 
-#: Join state per query (see eddies.engine.join_state, which uses the same names).
+#: Join state per query (see eddies.engine.plan.join_state, which uses the same names).
 JOIN_STATES = ("stems", "eddyjoins", "stairs")
 
 #: Spark Structured Streaming's output modes.

@@ -52,8 +52,8 @@ from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from eddies.engine import Catalog, EddiesError, RunStats, open_query
-from eddies.engine.errors import find_error
-from eddies.engine.logging_setup import configure_logging
+from eddies.engine.runtime.logging_setup import configure_logging
+from eddies.errors import find_error
 from eddies.router.routing_table import DestinationKind
 from eddies.sources.nycflights import load_table
 

@@ -16,7 +16,7 @@ import pyarrow.compute as pc
 import trio
 
 from eddies.engine import Catalog, open_query, run_query
-from eddies.engine.logging_setup import configure_logging
+from eddies.engine.runtime.logging_setup import configure_logging
 
 # Weather stations and their hourly temperature readings (seeded, so runs repeat).
 rng = np.random.default_rng(7)

@@ -62,8 +62,8 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from eddies.engine import Catalog, EddiesError
-from eddies.engine.errors import find_error
-from eddies.engine.logging_setup import configure_logging
+from eddies.engine.runtime.logging_setup import configure_logging
+from eddies.errors import find_error
 from eddies.sources.nycflights import load_table
 
 #: The streaming query: every flight (the stream) with its plane (a local table) and its
@@ -564,8 +564,8 @@ def run(args: argparse.Namespace, work: Path, session: Any = None) -> int:
     """Set up, stream, check and report; the exit status. ``session``: a SparkSession to
     use (and leave running) instead of starting one on ``--master``."""
     try:
-        from eddies.engine.sinks import ParquetSink
-        from eddies.engine.spark import attach
+        from eddies.engine.spark.driver import attach
+        from eddies.engine.streaming.sinks import ParquetSink
     except ImportError as exc:  # pyspark missing, or an older eddies
         raise SetupError(f"{exc} (install with `pip install -e '.[spark]'`)") from exc
 

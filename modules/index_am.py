@@ -47,7 +47,7 @@ import pyarrow.compute as pc
 import structlog
 import trio
 
-from eddies.engine.errors import DataSourceError
+from eddies.errors import DataSourceError
 from eddies.modules.base import Module, close_channels
 from eddies.modules.key_set import KeySet, bind_columns
 from eddies.router.calls import CallFailed, call_with_retries, describe_exception

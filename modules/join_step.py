@@ -38,7 +38,7 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 
-from eddies.engine.errors import EddiesError, QueryTypeError
+from eddies.errors import EddiesError, QueryTypeError
 from eddies.modules.base import Module, gather_columns, gather_nullable
 from eddies.modules.key_encoding import (
     KeyDictionary,

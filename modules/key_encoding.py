@@ -16,7 +16,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from eddies.engine.errors import QueryTypeError, describe
+from eddies.errors import QueryTypeError, describe
 from eddies.sources.decimal_float import as_double, decimal_to_float
 from eddies.sources.table_store import TableStore
 

@@ -22,7 +22,7 @@ from typing import Any
 import pyarrow as pa
 import trio
 
-from eddies.engine.errors import DataSourceError
+from eddies.errors import DataSourceError
 from eddies.router.eddy import Source
 from eddies.router.messages import AccessFailed, SourceBatch, SourceDone
 from eddies.router.stats import ModuleStats
@@ -65,7 +65,7 @@ class ScanAM:
         # A windowed stream's scan waits here before appending (see CommitPoints).
         self.before_append = before_append
         # A file scan reads only ``columns`` and applies the pushed ``filter`` (planned by
-        # eddies.engine.pushdown); the selections still run in the eddy.
+        # eddies.engine.plan.pushdown); the selections still run in the eddy.
         self.columns = columns
         self.filter = filter
         # A DynamicFilter (eddies.sources.dataset_source) a complete SteM may set mid-scan

@@ -25,7 +25,7 @@ import numpy as np
 import pyarrow as pa
 import trio
 
-from eddies.engine.errors import EddiesError, QueryTypeError
+from eddies.errors import EddiesError, QueryTypeError
 from eddies.modules.base import Module, gather_columns, run_vectorized, vectorized_inline
 from eddies.router.expressions import evaluate, evaluate_async, mask_of
 from eddies.router.messages import Returned, Work

@@ -23,7 +23,7 @@ expiry that is still unknown lies in the future, after every arrival so far, so 
 with what is known now is exact. Results are thus a function of the arrival order alone,
 not of routing. Expired tuples are logically dead at once and physically evicted (SteM
 entries, index, row store) at the next quiescent point, where no probe is in flight
-(see :mod:`eddies.engine.commit_points`): memory is bounded by the window plus what
+(see :mod:`eddies.engine.streaming.commit_points`): memory is bounded by the window plus what
 arrives between two quiescent points.
 """
 
@@ -38,7 +38,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from eddies.engine.errors import DataSourceError
+from eddies.errors import DataSourceError
 
 #: Expiry of a tuple that is still inside its window (or of an unwindowed stream's).
 NEVER = np.iinfo(np.int64).max

@@ -179,7 +179,7 @@ class ConstraintChecker:
 
     def record_builds(self, table: str, row_ids: np.ndarray, raw_ts: np.ndarray) -> None:
         """Rows built outside the eddy's routing (a SteM restored from a checkpoint, see
-        eddies.engine.durable), at raw build TimeStamps ``raw_ts``."""
+        eddies.engine.streaming.durable), at raw build TimeStamps ``raw_ts``."""
         record = self._build_ts.setdefault(table, {})
         record.update(zip(row_ids.tolist(), raw_ts.tolist(), strict=True))
 

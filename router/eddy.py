@@ -55,7 +55,7 @@ import numpy as np
 import structlog
 import trio
 
-from eddies.engine.errors import DataSourceError
+from eddies.errors import DataSourceError
 from eddies.router.constraints import ConstraintChecker
 from eddies.router.messages import AccessFailed, Returned, SourceBatch, SourceDone, Work
 from eddies.router.policies import HOLD, RoutingPolicy
@@ -194,7 +194,7 @@ class Eddy:
         self._awaiting_steps: list[TupleBatch] = []
         self._gate_tables = {graph.aliases[s.alias].table for s in graph.steps if not s.lookup}
         # Continuous queries: called whenever the eddy may have become idle, and when it
-        # ends (see eddies.engine.commit_points); ``ended`` is then True.
+        # ends (see eddies.engine.streaming.commit_points); ``ended`` is then True.
         self.on_idle = on_idle
         self.ended = False
         self._inbox: trio.MemoryReceiveChannel | None = None

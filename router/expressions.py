@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from eddies.engine.errors import ExpressionError, QueryTypeError, UdfError, describe
+from eddies.errors import ExpressionError, QueryTypeError, UdfError, describe
 from eddies.router.udf_calls import FunctionCalls, UdfStats
 
 #: What pyarrow.compute (and the NumPy/Python code of our kernels) raises on bad values or

@@ -42,7 +42,7 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from eddies.engine.errors import EddiesError
+from eddies.errors import EddiesError
 from eddies.router.access_choice import AccessChooser
 from eddies.router.estimates import Estimates
 from eddies.router.messages import Returned

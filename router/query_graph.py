@@ -1,6 +1,6 @@
 """The query as the eddy sees it: aliases, predicates with Done bits, and join edges.
 
-Planning (``eddies.engine.planner``) builds one :class:`QueryGraph`; the routing table,
+Planning (``eddies.engine.plan.planner``) builds one :class:`QueryGraph`; the routing table,
 the constraint checker and the modules read it. Every predicate owns one Done bit
 (eddies-2000 §3). An equi-join *edge* groups the equality conjuncts between one pair of
 aliases (a multi-column key); it can be evaluated two ways: as a SteM probe key when a
@@ -96,7 +96,8 @@ class JoinStep:
 
     ``needs``: the aliases a tuple must span to take the step — the region, every alias
     its condition reads, and the tables of the steps it must follow (see
-    ``engine/join_steps.py: step_needs``). Steps whose ``needs`` a tuple spans may be taken
+    ``engine/plan/outer_and_semi_joins.py: step_needs``). Steps whose ``needs`` a tuple spans may
+    be taken
     in any order the policy picks; a ``right`` / ``full`` step needs every alias before it,
     and every later step needs it (a barrier), so ``needs`` is then its whole FROM prefix,
     the side its flush pads. ``alias`` is the step's table (its bit joins the span;

@@ -375,7 +375,8 @@ class RoutingTable:
         """Routing around JoinSteps (outer joins, subqueries), or None for a tuple inside
         the region, routed as usual. A tuple spanning the region passes the SMs over its
         span first, then takes any step whose ``needs`` it spans (steps that commute, see
-        ``engine/join_steps.py: step_needs``): the policy picks among them, and the eddy
+        ``engine/plan/outer_and_semi_joins.py: step_needs``): the policy picks among them, and the
+        eddy
         offers only those whose SteM is complete (``RouteEntry.gates``). An EOT-gated step
         offers its lookup instead; a tuple that has looked its keys up takes that step
         next. A step table's own built singletons go nowhere: only the step reads its

@@ -97,7 +97,7 @@ class RunStats:
     # Per table: singletons not stored in its SteM because no later tuple could need them
     # (the relaxed BuildFirst chosen at run time, see eddies.modules.stem.BuildLedger).
     build_skipped: dict[str, int] = field(default_factory=dict)
-    # A streaming aggregate's state (eddies.engine.incremental.AggregateStats: live and
+    # A streaming aggregate's state (eddies.engine.streaming.incremental.AggregateStats: live and
     # evicted groups, late rows, the watermark); None for other queries.
     streaming_aggregate: Any = None
     # STAIRs (stairs-2004 §3.1.1): state migrations (cohorts moved) done by the eddy;

@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any
 
 import trio
 
-from eddies.engine.errors import UdfError
+from eddies.errors import UdfError
 from eddies.router.calls import CallFailed, call_with_retries, describe_exception
 
 if TYPE_CHECKING:  # pragma: no cover

@@ -24,7 +24,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.dataset as ds
 
-from eddies.engine.errors import DataSourceError
+from eddies.errors import DataSourceError
 from eddies.sources.dataset_source import CSV_CONVERT, open_path, scan_batches
 from eddies.sources.table_store import TableStore
 

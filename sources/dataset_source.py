@@ -33,7 +33,7 @@ import pyarrow.csv as pacsv
 import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 
-from eddies.engine.errors import DataSourceError
+from eddies.errors import DataSourceError
 
 #: Empty CSV fields are NULL in every column, as in DuckDB's read_csv.
 CSV_CONVERT = pacsv.ConvertOptions(strings_can_be_null=True)
@@ -294,7 +294,7 @@ def scan_batches(
     rows must satisfy (files whose partition values refute it, and Parquet row groups
     whose statistics do, are skipped and counted in ``counts``, an object with the
     fields of :class:`ScanCounts`). The caller keeps the filter exact: a row it removes
-    must be one the query's selection removes (see eddies.engine.pushdown).
+    must be one the query's selection removes (see eddies.engine.plan.pushdown).
     dynamic: a :class:`DynamicFilter` that may arrive mid-scan; the Parquet files are then
     read row group by row group, so it can skip every row group not read yet
     (``dynamic_row_groups_skipped``) and filter the rows of the batches that follow

@@ -44,7 +44,7 @@ from hypercorn.trio.tcp_server import TCPServer
 from hypercorn.trio.worker_context import WorkerContext
 from hypercorn.utils import wrap_app
 
-from eddies.engine.errors import EddiesError
+from eddies.errors import EddiesError
 from eddies.sources.web import ARROW_STREAM, FORMATS, NEXT_OFFSET, encode_json_rows
 
 __all__ = [

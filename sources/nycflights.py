@@ -17,7 +17,7 @@ import zipfile
 import pyarrow as pa
 import pyarrow.csv as pacsv
 
-from eddies.engine.errors import DataSourceError
+from eddies.errors import DataSourceError
 
 TABLE_NAMES = ("flights", "planes", "airports", "weather", "airlines")
 

@@ -20,7 +20,7 @@ from typing import Any
 import pyarrow as pa
 import trio
 
-from eddies.engine.errors import DataSourceError
+from eddies.errors import DataSourceError
 from eddies.sources.arrow_source import conform, plain_schema
 
 #: Seconds ``push`` waits for a query to start reading the stream (after the query's static

@@ -37,7 +37,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import trio
 
-from eddies.engine.errors import DataSourceError
+from eddies.errors import DataSourceError
 from eddies.sources.arrow_source import RETRY_AFTER_CAP, Throttled, check_row_keys
 
 __all__ = [

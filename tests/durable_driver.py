@@ -25,8 +25,8 @@ import sys
 import pyarrow as pa
 
 from eddies.engine import Catalog
-from eddies.engine.sinks import ParquetSink
-from eddies.engine.streaming import BackgroundQuery
+from eddies.engine.streaming.sinks import ParquetSink
+from eddies.engine.streaming.thread_runner import BackgroundQuery
 from eddies.modules.window import RowWindow
 
 ROWS = 17

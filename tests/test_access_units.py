@@ -24,7 +24,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from eddies.engine import Catalog, DataSourceError, UnsupportedQueryError, run_query
-from eddies.engine.planner import plan_query
+from eddies.engine.plan.planner import plan_query
 from eddies.modules.key_encoding import KIND_DICT, KIND_FLOAT, KIND_INT, key_kind
 from eddies.modules.key_set import DenseKeys, KeySet, bind_columns
 from eddies.modules.row_identity import RowIdentity, rank_within

@@ -1,9 +1,9 @@
 """Correlated scalar subqueries in HAVING, ORDER BY and QUALIFY (issue 14, item 4), against
 DuckDB.
 
-HAVING: engine/having_split.py computes the block's items and the HAVING condition as
-columns of the grouped block (where engine/decorrelate.py joins the subquery in) and keeps
-the groups whose condition holds around it. ORDER BY and QUALIFY: engine/window_split.py
+HAVING: engine/plan/having_split.py computes the block's items and the HAVING condition as
+columns of the grouped block (where engine/rewrite/decorrelate.py joins the subquery in) and keeps
+the groups whose condition holds around it. ORDER BY and QUALIFY: engine/plan/window_split.py
 hoists the term into the eddy's SELECT list and sorts or filters above the eddy. Every case
 runs under lottery, rank and hybrid at batch sizes 1, 7 and the default; ordered results
 are compared in order. NULL keys, duplicates, the COUNT bug and empty groups included.
@@ -16,7 +16,7 @@ import pytest
 from oracle import check_all, make_catalog
 
 from eddies.engine import execute
-from eddies.engine.errors import UnsupportedQueryError
+from eddies.errors import UnsupportedQueryError
 
 POLICIES = ("lottery", "rank", "hybrid")
 BATCH_SIZES = (None, 7, 1)

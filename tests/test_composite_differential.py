@@ -1,6 +1,7 @@
 """Composite queries (issue 14, items 4 and 5) against DuckDB: WITH, derived tables, scalar
 subqueries, UNION [ALL] / INTERSECT [ALL] / EXCEPT [ALL], window functions, QUALIFY,
-GROUP BY ALL, ORDER BY ALL and DISTINCT ON (engine/composite.py, engine/above.py).
+GROUP BY ALL, ORDER BY ALL and DISTINCT ON (engine/execute/composite.py,
+engine/above/duckdb_runtime.py).
 
 Every pinned case runs under the lottery, rank and hybrid (default) policies at batch sizes
 7 and the default and must equal DuckDB's result as a bag of rows (and in order where the query
@@ -26,9 +27,9 @@ from hypothesis import strategies as st
 from oracle import assert_same_bag, check_all, duckdb_table, make_catalog, table_rows
 
 from eddies.engine import Catalog, EddiesError, execute, explain, open_query, run_query
-from eddies.engine.cli import main
-from eddies.engine.errors import UnsupportedQueryError
-from eddies.engine.streaming import BackgroundQuery
+from eddies.engine.cli.main import main
+from eddies.engine.streaming.thread_runner import BackgroundQuery
+from eddies.errors import UnsupportedQueryError
 
 POLICIES = ("lottery", "rank", "hybrid")  # hybrid: the default
 BATCH_SIZES = (None, 7)

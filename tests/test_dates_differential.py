@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 from oracle import assert_same_bag, duckdb_table, make_catalog
 
 from eddies.engine import EddiesError, execute
-from eddies.engine.errors import SqlSyntaxError, UnsupportedQueryError
+from eddies.errors import SqlSyntaxError, UnsupportedQueryError
 
 MAX_EXAMPLES = int(os.environ.get("EDDIES_DATE_EXAMPLES", "20"))
 RUNS = (("static", None), ("lottery", 7), ("random", 1), ("rank", None), ("bandit", 7))

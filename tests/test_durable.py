@@ -1,4 +1,4 @@
-"""Durable state (eddies.engine.durable): a checkpointed query over streams, SIGKILLed
+"""Durable state (eddies.engine.streaming.durable): a checkpointed query over streams, SIGKILLed
 mid-stream and restarted from its checkpoint, replaying from the last committed batch as
 Spark does, gives the same increments as an uninterrupted run, and DuckDB's result over
 all rows: no row lost, none doubled. Processes are synchronized by their output lines
@@ -23,8 +23,8 @@ from hypothesis import HealthCheck, given, settings
 from oracle import assert_bags_equal, assert_same_bag, table_rows
 
 from eddies.engine import Catalog, EddiesError, UnsupportedQueryError
-from eddies.engine.sinks import MemorySink
-from eddies.engine.streaming import BackgroundQuery
+from eddies.engine.streaming.sinks import MemorySink
+from eddies.engine.streaming.thread_runner import BackgroundQuery
 from eddies.modules.window import EventTimeWindow, RowWindow
 
 DRIVER = str(Path(__file__).with_name("durable_driver.py"))
@@ -497,7 +497,7 @@ def test_restart_after_windowed_stems_evicted_equals_an_uninterrupted_run(window
 def test_attach_with_durable_state_refuses_a_query_it_cannot_checkpoint(tmp_path):
     """Before any Spark query starts (a stand-in streaming DataFrame, the stream table
     already in the catalog): a table read by a scan and an index AM is not checkpointed."""
-    from eddies.engine.spark import attach
+    from eddies.engine.spark.driver import attach
 
     class Frame:
         isStreaming = True

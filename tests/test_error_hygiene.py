@@ -27,7 +27,7 @@ from eddies.engine import (
     open_query,
     run_query,
 )
-from eddies.engine.streaming import BackgroundQuery
+from eddies.engine.streaming.thread_runner import BackgroundQuery
 
 T = pa.table({"a": list(range(60)), "b": list(range(60))})
 U = pa.table({"a": list(range(60)), "c": list(range(60))})
@@ -286,7 +286,7 @@ def test_a_csv_whose_header_is_not_utf8_is_a_data_source_error(tmp_path):
 def test_a_kernel_that_changes_the_row_count_fails_loudly():
     # pyarrow 26's binary_join_element_wise(null_handling="skip") drops all-NULL rows; any
     # such kernel must fail the expression, never shorten a batch (rows lost silently).
-    from eddies.engine.errors import ExpressionError
+    from eddies.errors import ExpressionError
     from eddies.router.expressions import Call, ColumnRef, evaluate
 
     shortened = Call(lambda v: v.slice(1), [ColumnRef("x", "x")], "drop_first(x)")

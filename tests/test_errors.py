@@ -16,7 +16,7 @@ import pytest
 from oracle import make_catalog
 
 from eddies.engine import Catalog, EddiesError, execute, explain, run_query
-from eddies.engine.errors import (
+from eddies.errors import (
     DataSourceError,
     QueryTypeError,
     SqlSyntaxError,

@@ -27,7 +27,7 @@ from hypothesis import strategies as st
 from oracle import assert_same_bag, assert_same_ordered, duckdb_table, make_catalog
 
 from eddies.engine import POLICIES, Catalog, EddiesError, execute
-from eddies.engine.errors import ExpressionError
+from eddies.errors import ExpressionError
 
 D = decimal.Decimal
 MAX_EXAMPLES = int(os.environ.get("EDDIES_EXPR_EXAMPLES", "25"))

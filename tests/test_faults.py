@@ -22,8 +22,8 @@ import trio.testing
 from servers import demo_server
 
 from eddies.engine import Catalog, open_query, run_query
-from eddies.engine.errors import DataSourceError, EddiesError
-from eddies.engine.streaming import BackgroundQuery
+from eddies.engine.streaming.thread_runner import BackgroundQuery
+from eddies.errors import DataSourceError, EddiesError
 from eddies.sources.demo_server import DemoServerConfig, DemoServerError, open_demo_server
 from eddies.sources.web import WebSourceError, WebTable, decode_json_rows
 

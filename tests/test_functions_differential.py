@@ -26,7 +26,7 @@ from hypothesis import strategies as st
 from oracle import check_all, duckdb_table, make_catalog
 
 from eddies.engine import EddiesError, execute
-from eddies.engine.errors import UnsupportedQueryError
+from eddies.errors import UnsupportedQueryError
 
 MAX_EXAMPLES = int(os.environ.get("EDDIES_FUNC_EXAMPLES", "15"))
 POLICIES = ("static", "lottery", "hybrid")  # hybrid: the default

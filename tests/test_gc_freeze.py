@@ -1,4 +1,4 @@
-"""engine/gc_freeze.py: importing the API freezes the import-time heap out of full garbage
+"""engine/runtime/gc_freeze.py: importing the API freezes the import-time heap out of full garbage
 collections (issue 10 (a): 40-60 ms pauses in 50 ms queries), EDDIES_GC_FREEZE=0 leaves
 the collector alone, and nothing is reported leaked at exit.
 
@@ -14,7 +14,7 @@ import sys
 
 import pytest
 
-from eddies.engine.gc_freeze import ENV_VAR, freeze_enabled
+from eddies.engine.runtime.gc_freeze import ENV_VAR, freeze_enabled
 
 PROBE = """
 import gc, json

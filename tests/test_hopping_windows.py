@@ -23,8 +23,8 @@ from hypothesis import strategies as st
 from oracle import assert_bags_equal, duckdb_table, table_rows
 
 from eddies.engine import Catalog, UnsupportedQueryError, execute
-from eddies.engine.sinks import CallbackSink
-from eddies.engine.streaming import BackgroundQuery
+from eddies.engine.streaming.sinks import CallbackSink
+from eddies.engine.streaming.thread_runner import BackgroundQuery
 
 BASE = dt.datetime(2024, 1, 1)  # a multiple of every slide below since 1970
 SCHEMA = pa.schema([("ts", pa.timestamp("us")), ("k", pa.int64()), ("v", pa.int64())])

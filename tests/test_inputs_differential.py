@@ -27,7 +27,7 @@ from hypothesis import strategies as st
 from oracle import assert_same_bag
 
 from eddies.engine import Catalog, EddiesError, execute, run_query
-from eddies.engine.errors import DataSourceError, UnsupportedQueryError
+from eddies.errors import DataSourceError, UnsupportedQueryError
 
 POLICIES = ("static", "lottery", "rank", "bandit", "random", "hybrid")
 BATCH_SIZES = (None, 1, 7)
@@ -324,7 +324,7 @@ def test_read_functions_refuse_options_they_do_not_handle(flat):
 
 
 def test_cli_query_reads_a_directory(hive, tmp_path):
-    from eddies.engine.cli import main
+    from eddies.engine.cli.main import main
 
     out = tmp_path / "out.parquet"
     sql = "SELECT region, year, count(*) AS n FROM events WHERE day = '2024-02-29' "

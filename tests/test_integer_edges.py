@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 from oracle import check_all, make_catalog
 
 from eddies.engine import EddiesError, execute
-from eddies.engine.errors import ExpressionError
+from eddies.errors import ExpressionError
 
 POLICIES = ("lottery", "rank", "hybrid", "static")
 BIG = 2**62
@@ -155,8 +155,8 @@ def test_streaming_sums_are_checked_too():
     """The incremental aggregate merges partial sums batch by batch: each partial sum
     fits, their merge does not, and that is the same clear error."""
     from eddies.engine import Catalog
-    from eddies.engine.sinks import CallbackSink
-    from eddies.engine.streaming import BackgroundQuery
+    from eddies.engine.streaming.sinks import CallbackSink
+    from eddies.engine.streaming.thread_runner import BackgroundQuery
 
     cat = Catalog()
     stream = cat.add_stream("s", pa.schema([("a", pa.int64()), ("g", pa.int64())]))

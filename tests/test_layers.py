@@ -1,6 +1,6 @@
 """The layers import downward only: engine -> modules -> router -> sources (docs/concepts.md).
 
-``eddies.engine.errors`` is a leaf any layer may import. Every module must also import on
+``eddies.errors`` is a leaf any layer may import. Every module must also import on
 its own, as the first eddies import of a fresh interpreter: a module that reaches up a
 layer, or relies on another module having been imported first, fails there.
 """
@@ -19,15 +19,18 @@ import eddies.engine
 
 ROOT = Path(__file__).resolve().parent.parent
 LAYERS = ["engine", "modules", "router", "sources"]  # each may import those after it
-LEAVES = {"eddies.engine.errors"}
+LEAVES = {"eddies.errors"}
 
 
 def _modules() -> list[tuple[str, Path]]:
+    """Every module of the layers, subpackages included, as (dotted name, path)."""
     found = []
     for layer in LAYERS:
-        for path in sorted((ROOT / layer).glob("*.py")):
-            name = f"eddies.{layer}" if path.stem == "__init__" else f"eddies.{layer}.{path.stem}"
-            found.append((name, path))
+        for path in sorted((ROOT / layer).rglob("*.py")):
+            parts = [layer, *path.relative_to(ROOT / layer).with_suffix("").parts]
+            if parts[-1] in {"__init__", "__main__"}:
+                parts.pop()
+            found.append(("eddies." + ".".join(parts), path))
     return found
 
 
@@ -67,6 +70,25 @@ def test_every_module_imports_first_in_a_fresh_interpreter() -> None:
     with ThreadPoolExecutor(max_workers=4) as pool:
         failures = [f"{m}: {e}" for m, e in pool.map(first_import, [m for m, _ in _modules()]) if e]
     assert not failures, "modules that fail as the first eddies import:\n" + "\n".join(failures)
+
+
+def test_errors_module_is_a_leaf() -> None:
+    """The error types import nothing of eddies, so any layer can raise them cheaply."""
+    path = ROOT / "eddies_main" / "errors.py"
+    assert not _imported(path), f"eddies.errors imports {sorted(_imported(path))}"
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import sys, eddies.errors; "
+            "print(sorted(m for m in sys.modules if m.startswith('eddies.')))",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
+    assert done.stdout.split() == ["['eddies.errors']"]
 
 
 def test_engine_exports_load_lazily() -> None:

@@ -10,7 +10,7 @@ import pytest
 
 from eddies.engine import Catalog, explain, run_query
 from eddies.engine.options import RunOptions
-from eddies.engine.planner import plan_query
+from eddies.engine.plan.planner import plan_query
 from eddies.router.estimates import Estimates
 from eddies.router.learning import (
     HORIZON_SECONDS,

@@ -11,8 +11,8 @@ import pyarrow as pa
 import trio
 
 from eddies.engine import Catalog, RunOptions
-from eddies.engine.planner import plan_query
-from eddies.engine.run import DEFAULT_QUEUE_CAPACITY, lower
+from eddies.engine.execute.run import DEFAULT_QUEUE_CAPACITY, lower
+from eddies.engine.plan.planner import plan_query
 from eddies.router.routing_table import DestinationKind
 from eddies.router.stats import RunStats
 
@@ -79,7 +79,7 @@ def test_default_batch_size_scales_with_the_table_and_sources_rank_by_rows():
     side), whatever the join edges."""
     import numpy as np
 
-    from eddies.engine.run import DEFAULT_BATCH_SIZE, MAX_DEFAULT_BATCH_SIZE
+    from eddies.engine.execute.run import DEFAULT_BATCH_SIZE, MAX_DEFAULT_BATCH_SIZE
 
     cat = Catalog()
     cat.add_table("big", pa.table({"a": np.arange(3_000_000) % 7}))
@@ -106,7 +106,7 @@ def test_a_cast_of_a_constant_is_folded_once():
     before."""
     import pytest
 
-    from eddies.engine.errors import QueryTypeError
+    from eddies.errors import QueryTypeError
     from eddies.router.expressions import Literal
 
     cat = Catalog()
@@ -125,7 +125,7 @@ def test_a_query_releases_its_stems_and_stairs_when_it_ends():
     collector's next pass; the rows delivered before are DuckDB's."""
     from oracle import assert_bags_equal, duckdb_rows, table_rows
 
-    from eddies.engine.run import spawn
+    from eddies.engine.execute.run import spawn
     from eddies.modules.stair import StairJoin
     from eddies.modules.stem import SteM
 
@@ -137,7 +137,7 @@ def test_a_query_releases_its_stems_and_stairs_when_it_ends():
     sql = "SELECT r.b, s.c FROM r JOIN s ON r.a = s.a WHERE r.b < 2"
     for join_state in ("stems", "eddyjoins"):
         for batch_size in (1, 7, None):
-            from eddies.engine.join_state import with_join_state
+            from eddies.engine.plan.join_state import with_join_state
 
             plan = with_join_state(plan_query(sql, cat), join_state)
             options = RunOptions(batch_size=batch_size, join_state=join_state)

@@ -1,4 +1,4 @@
-"""engine/malloc_retain.py: importing the API keeps freed NumPy memory mapped (glibc), so
+"""engine/runtime/malloc_retain.py: importing the API keeps freed NumPy memory mapped (glibc), so
 arrays made again after a query reuse pages instead of faulting fresh ones in (issue 11
 item 3: page faults were half the time of the Wisconsin 5x1M star); EDDIES_MALLOC_RETAIN=0
 leaves glibc's defaults alone.
@@ -17,7 +17,7 @@ import sys
 
 import pytest
 
-from eddies.engine.malloc_retain import DEFAULT_MB, ENV_VAR, retain_megabytes
+from eddies.engine.runtime.malloc_retain import DEFAULT_MB, ENV_VAR, retain_megabytes
 
 glibc = pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="glibc's mallopt")
 
@@ -28,7 +28,7 @@ import json, resource
 import numpy as np
 import pyarrow as pa
 from eddies.engine import Catalog, execute
-from eddies.engine.malloc_retain import retain_freed_memory
+from eddies.engine.runtime.malloc_retain import retain_freed_memory
 
 def make():
     arrays = [np.ones(3 << 17) for _ in range(12)]  # 3 MB each: below NumPy's hugepages

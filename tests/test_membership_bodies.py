@@ -1,5 +1,5 @@
 """[NOT] IN / [NOT] EXISTS over subqueries that are not a filter of their FROM (issue 14,
-item 4; engine/membership_bodies.py), against DuckDB.
+item 4; engine/rewrite/membership_bodies.py), against DuckDB.
 
 A body with an aggregate and no GROUP BY has exactly one row: EXISTS over it is TRUE even
 when no input row qualifies (eddies answered FALSE before, a wrong answer), and IN over it
@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 from oracle import check_all, make_catalog
 
 from eddies.engine import execute
-from eddies.engine.errors import UnsupportedQueryError
+from eddies.errors import UnsupportedQueryError
 
 POLICIES = ("lottery", "rank", "hybrid")
 BATCH_SIZES = (None, 7, 1)

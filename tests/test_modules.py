@@ -8,7 +8,7 @@ import pytest
 import trio
 
 from eddies.engine import Catalog, UdfError
-from eddies.engine.planner import plan_query
+from eddies.engine.plan.planner import plan_query
 from eddies.modules.output import OutputModule
 from eddies.modules.scan import ScanAM
 from eddies.modules.selection import SelectionModule

@@ -248,7 +248,7 @@ def test_index_only_step_table_refused_where_lookups_cannot_answer(sql, words):
 # ------------------------------------------------------------------------------- streams
 @pytest.mark.parametrize("window", [None, 2], ids=["unbounded", "row-window-2"])
 def test_stream_preserved_side_with_a_static_step_table(window):
-    from eddies.engine.streaming import BackgroundQuery
+    from eddies.engine.streaming.thread_runner import BackgroundQuery
     from eddies.modules.window import RowWindow
 
     cat = Catalog()

@@ -1,4 +1,4 @@
-"""Scale-out mode: independent eddies over partitions (``eddies.engine.partitioned``).
+"""Scale-out mode: independent eddies over partitions (``eddies.engine.spark.partitioned``).
 
 The analysis tests need no Spark. The Spark tests (``-m spark``) run the partitioned mode
 on the shared ``local[2]`` session and compare its result, as a bag, with a single-node
@@ -16,7 +16,7 @@ import pytest
 from oracle import assert_same_bag, assert_same_ordered, make_catalog
 
 from eddies.engine import Catalog, DataSourceError, execute
-from eddies.engine.partitioned import analyze_partitioning
+from eddies.engine.spark.partitioned import analyze_partitioning
 
 FACT = pa.schema([("id", pa.int64()), ("k1", pa.int64()), ("k2", pa.int32()), ("v", pa.float64())])
 SMALL = pa.schema([("k", pa.int64()), ("name", pa.string())])
@@ -181,7 +181,7 @@ def _check(result: pa.Table, sql: str, tables: dict[str, pa.Table]) -> None:
 
 @spark_test
 def test_one_partitioned_table_with_broadcast_dims(spark):
-    from eddies.engine.partitioned import run_partitioned, run_partitioned_arrow
+    from eddies.engine.spark.partitioned import run_partitioned, run_partitioned_arrow
 
     cat = make_catalog({"dim": DIM})
     frames = _frames(spark, big=BIG)
@@ -204,7 +204,7 @@ def test_one_partitioned_table_with_broadcast_dims(spark):
 def test_two_partitioned_tables_hash_partitioned_on_the_join_key(spark):
     from structlog.testing import capture_logs
 
-    from eddies.engine.partitioned import run_partitioned, run_partitioned_arrow
+    from eddies.engine.spark.partitioned import run_partitioned, run_partitioned_arrow
 
     cat = make_catalog({"dim": DIM})
     frames = _frames(spark, big=BIG, other=OTHER)
@@ -226,7 +226,7 @@ def test_two_partitioned_tables_hash_partitioned_on_the_join_key(spark):
 def test_a_query_that_cannot_partition_runs_on_the_driver(spark):
     from structlog.testing import capture_logs
 
-    from eddies.engine.partitioned import run_partitioned
+    from eddies.engine.spark.partitioned import run_partitioned
 
     cat = make_catalog({"dim": DIM})
     frames = _frames(spark, big=BIG, other=OTHER)

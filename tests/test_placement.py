@@ -1,5 +1,5 @@
 """Which queries ``attach(..., placement="executors")`` places, and what it refuses (no
-Spark: :func:`~eddies.engine.spark_executors.analyze_placement` is pure). The placed
+Spark: :func:`~eddies.engine.spark.executors.analyze_placement` is pure). The placed
 kinds run against Spark in tests/test_spark_executors.py."""
 
 from __future__ import annotations
@@ -8,9 +8,9 @@ import pyarrow as pa
 import pytest
 
 from eddies.engine import Catalog
-from eddies.engine.errors import EddiesError, UnsupportedQueryError
 from eddies.engine.options import RunOptions
-from eddies.engine.spark_executors import NEW, analyze_placement
+from eddies.engine.spark.executors import NEW, analyze_placement
+from eddies.errors import EddiesError, UnsupportedQueryError
 from eddies.modules.window import RowWindow
 
 STREAMS = {
@@ -117,8 +117,7 @@ from hypothesis import HealthCheck, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 from oracle import assert_bags_equal, duckdb_table, table_rows  # noqa: E402
 
-from eddies.engine.partitioned import BUCKET, INPUT  # noqa: E402
-from eddies.engine.spark_executors import (  # noqa: E402
+from eddies.engine.spark.executors import (  # noqa: E402
     _aggregate_state_fn,
     _buckets_of,
     _join_state_fn,
@@ -127,6 +126,7 @@ from eddies.engine.spark_executors import (  # noqa: E402
     _unipc,
     make_task,
 )
+from eddies.engine.spark.partitioned import BUCKET, INPUT  # noqa: E402
 
 RUNS = [(p, 7) for p in ("lottery", "rank", "bandit", "random", "static")]
 RUNS += [("lottery", 1), ("lottery", None)]

@@ -1,4 +1,4 @@
-"""engine/plan_cache.py: a repeated query reuses its plan (issue 11: planning was ~1.1 ms
+"""engine/plan/plan_cache.py: a repeated query reuses its plan (issue 11: planning was ~1.1 ms
 of a 7 ms 5-way star over 10k rows) while the catalog is unchanged; any change to the
 catalog plans again; plans with per-query state (functions, streams, files, index AMs)
 are never kept. Results stay DuckDB's under every policy and batch sizes 1, 7, default,
@@ -13,7 +13,7 @@ import pytest
 from oracle import assert_same_bag, check_all
 
 from eddies.engine import POLICIES, Catalog, UnknownTableError, execute
-from eddies.engine.plan_cache import MAX_PLANS, cached_plan
+from eddies.engine.plan.plan_cache import MAX_PLANS, cached_plan
 
 R = pa.table({"a": [1, 2, 2, None, 3], "b": [10, 20, 20, 40, None]})
 S = pa.table({"a": [2, 2, 3, None], "c": ["x", "y", None, "z"]})

@@ -1,4 +1,4 @@
-"""engine/precise_clock.py: the clock the engine's own trio runs use hands epoll whole
+"""engine/runtime/precise_clock.py: the clock the engine's own trio runs use hands epoll whole
 milliseconds rounded down and sleeps a sub-millisecond remainder itself (so a deadline is
 not met up to a millisecond late), and the engine's entry points run under it. Time is a
 fake counter here: no test reads the wall clock."""
@@ -12,7 +12,7 @@ import pytest
 import trio
 
 from eddies.engine import Catalog, precise_clock, run_query
-from eddies.engine.precise_clock import EPOLL_UNIT, PreciseClock, run_clock
+from eddies.engine.runtime.precise_clock import EPOLL_UNIT, PreciseClock, run_clock
 
 
 class FakeTime:

@@ -1,4 +1,4 @@
-"""``x op ANY/SOME/ALL (subquery)`` against DuckDB (engine/quantified.py).
+"""``x op ANY/SOME/ALL (subquery)`` against DuckDB (engine/rewrite/quantified.py).
 
 Every comparison (= <> < <= > >=) with ANY and ALL, over bodies that are empty, hold NULLs
 and duplicates, are correlated, grouped, limited or set operations, in WHERE (alone, under

@@ -8,7 +8,7 @@ import pytest
 import trio
 
 from eddies.engine import Catalog, EddiesError, execute, open_query, run_query
-from eddies.engine.planner import plan_query
+from eddies.engine.plan.planner import plan_query
 from eddies.modules.stem import SteM
 from eddies.router.constraints import ConstraintChecker, ConstraintViolation
 from eddies.router.learning import RankPolicy

@@ -1,4 +1,4 @@
-"""Correlated scalar subqueries (issue 14, item 4) against DuckDB: engine/decorrelate.py
+"""Correlated scalar subqueries (issue 14, item 4) against DuckDB: engine/rewrite/decorrelate.py
 rewrites each into a grouped derived table and a LEFT JOIN step.
 
 Pinned cases and a hypothesis generator cover the SELECT list and WHERE, aggregates with
@@ -23,7 +23,7 @@ from hypothesis import strategies as st
 from oracle import check_all, duckdb_table, make_catalog
 
 from eddies.engine import Catalog, EddiesError, execute, open_query
-from eddies.engine.errors import UnsupportedQueryError
+from eddies.errors import UnsupportedQueryError
 
 POLICIES = ("lottery", "rank", "hybrid")
 BATCH_SIZES = (None, 7, 1)

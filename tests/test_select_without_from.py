@@ -1,7 +1,7 @@
-"""Rows written in the query: VALUES lists (engine/values_rows.py, a UNION ALL of one-row
+"""Rows written in the query: VALUES lists (engine/rewrite/values_rows.py, a UNION ALL of one-row
 SELECTs) and SELECTs without FROM, which read one row, as SQL (and DuckDB) define it:
 ``SELECT 1 + 1``, a CTE of constants, ``x IN (SELECT 1 UNION SELECT 3)``, ``EXISTS
-(SELECT 1 WHERE ...)``, a scalar ``(SELECT 5)``, set-operation branches (engine/composite.py
+(SELECT 1 WHERE ...)``, a scalar ``(SELECT 5)``, set-operation branches (engine/execute/composite.py
 reads them over a one-row table). ``x IN (SELECT 1)`` used to fail with a raw KeyError.
 Against DuckDB under lottery, rank and hybrid at batch sizes 1, 7 and the default.
 """
@@ -13,7 +13,7 @@ import pytest
 from oracle import check_all, make_catalog
 
 from eddies.engine import execute
-from eddies.engine.errors import EddiesError, UnsupportedQueryError
+from eddies.errors import EddiesError, UnsupportedQueryError
 
 T = pa.table(
     {

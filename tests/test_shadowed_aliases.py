@@ -1,7 +1,7 @@
 """A subquery that reads the same table as its enclosing query, under the same name.
 
 SQL resolves ``t.b`` inside ``(SELECT ... FROM u JOIN t ...)`` to the subquery's own ``t``.
-Before engine/unshadow.py the rewrites that move subquery parts next to the outer query
+Before engine/rewrite/unshadow.py the rewrites that move subquery parts next to the outer query
 mixed the two up: ``a IN (SELECT u.a FROM u JOIN t ON u.a = t.b)`` kept every row, ``a IN
 (SELECT a FROM t WHERE b > 5) OR b IS NULL`` too, and nested subqueries failed with
 "unknown table or alias 't'". Every query is compared with DuckDB as a bag of rows under
@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from oracle import check_all
 
 from eddies.engine import Catalog, execute
-from eddies.engine.sql import parse_statement
+from eddies.engine.frontend.parse import parse_statement
 
 POLICIES = ("lottery", "rank", "hybrid", "static")
 BATCH_SIZES = (None, 1, 7)

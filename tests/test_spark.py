@@ -25,9 +25,9 @@ if shutil.which("java") is None:  # pragma: no cover - environment
 import trio
 
 from eddies.engine import Catalog
-from eddies.engine.sinks import CallbackSink, ParquetSink, SparkSink
-from eddies.engine.spark import attach, feed_stream
-from eddies.engine.streaming import BackgroundQuery
+from eddies.engine.spark.driver import attach, feed_stream
+from eddies.engine.streaming.sinks import CallbackSink, ParquetSink, SparkSink
+from eddies.engine.streaming.thread_runner import BackgroundQuery
 
 pytestmark = [
     pytest.mark.spark,

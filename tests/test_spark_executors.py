@@ -23,8 +23,8 @@ if shutil.which("java") is None:  # pragma: no cover - environment
     pytest.skip("Spark needs Java 17 on PATH", allow_module_level=True)
 
 from eddies.engine import Catalog
-from eddies.engine.sinks import CallbackSink, ParquetSink
-from eddies.engine.spark import attach
+from eddies.engine.spark.driver import attach
+from eddies.engine.streaming.sinks import CallbackSink, ParquetSink
 
 pytestmark = [
     pytest.mark.spark,

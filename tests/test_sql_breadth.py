@@ -200,7 +200,7 @@ SUBQUERY_PREDICATES = [
     "t.x > (SELECT avg(w2.z) FROM w AS w2 WHERE w2.k < t.k)",
     "EXISTS (SELECT 1 FROM u AS e JOIN w AS f ON e.k = f.k WHERE e.k = t.k)",
     "t.k NOT IN (SELECT e.k FROM u AS e WHERE e.y IN (SELECT k FROM w))",
-    # bodies that are not a filter of their FROM (engine/membership_bodies.py)
+    # bodies that are not a filter of their FROM (engine/rewrite/membership_bodies.py)
     "NOT EXISTS (SELECT count(*) FROM u AS e WHERE e.k = t.k)",
     "EXISTS (SELECT 1 FROM u AS e WHERE e.k = t.k HAVING sum(e.y) > 3)",
     "t.k IN (SELECT max(w2.k) FROM w AS w2 WHERE w2.z > t.x)",

@@ -28,7 +28,7 @@ from oracle import assert_same_bag, assert_same_ordered, duckdb_table, make_cata
 from test_differential import scenarios
 
 from eddies.engine import POLICIES, Catalog, execute, explain, run_query
-from eddies.engine.errors import EddiesError, UnsupportedQueryError
+from eddies.errors import EddiesError, UnsupportedQueryError
 from eddies.modules import stair
 
 MAX_EXAMPLES = int(os.environ.get("EDDIES_STAIRS_EXAMPLES", "10"))
@@ -368,8 +368,8 @@ def test_single_table_runs_with_stairs():
 # ----------------------------------------------------------------- STAIR modules directly
 def _stair_setup(tables: dict[str, pa.Table], sql: str):
     """The plan's StairJoins over preloaded stores, and its graph."""
-    from eddies.engine.join_state import with_join_state
-    from eddies.engine.planner import plan_query
+    from eddies.engine.plan.join_state import with_join_state
+    from eddies.engine.plan.planner import plan_query
     from eddies.modules.stair import StairJoin
     from eddies.router.routing_table import DestinationKind
 

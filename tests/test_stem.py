@@ -7,7 +7,7 @@ import pyarrow as pa
 import pytest
 
 from eddies.engine import Catalog
-from eddies.engine.planner import plan_query
+from eddies.engine.plan.planner import plan_query
 from eddies.modules.stem import BuildClock, SteM
 from eddies.router.messages import Work
 from eddies.router.routing_table import DestinationKind

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from eddies.engine.errors import QueryTypeError
+from eddies.errors import QueryTypeError
 from eddies.modules.key_encoding import (
     KIND_DICT,
     KIND_FLOAT,

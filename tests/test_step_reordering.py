@@ -1,7 +1,8 @@
 """JoinSteps that commute, taken in the order the eddy's policy picks, against DuckDB.
 
 Each step needs the region, the aliases its condition reads, and any RIGHT / FULL join
-before it (engine/join_steps.py: step_needs); the steps a tuple spans the needs of are
+before it (engine/plan/outer_and_semi_joins.py: step_needs); the steps a tuple spans the needs of
+are
 all offered, and the policy picks. Fixed queries and a hypothesis property test mix
 several LEFT joins from the region, LEFT joins reading earlier step tables, inner and
 comma joins after an outer join, semi- / anti-joins and NOT IN, WHERE terms on the

@@ -1,4 +1,4 @@
-"""Incremental aggregates over streams (engine/incremental.py) against DuckDB.
+"""Incremental aggregates over streams (engine/streaming/incremental.py) against DuckDB.
 
 At every commit point: ``complete`` equals DuckDB's result over the rows pushed so far;
 ``update`` equals it restricted to the groups that got a row since the previous commit;
@@ -29,8 +29,8 @@ from oracle import (
 )
 
 from eddies.engine import Catalog, EddiesError, UnsupportedQueryError, execute
-from eddies.engine.sinks import CallbackSink
-from eddies.engine.streaming import BackgroundQuery
+from eddies.engine.streaming.sinks import CallbackSink
+from eddies.engine.streaming.thread_runner import BackgroundQuery
 
 BASE = dt.datetime(2024, 1, 1)
 SCHEMA = pa.schema(
@@ -485,7 +485,7 @@ def test_a_windowed_aggregate_over_a_million_rows_holds_a_bounded_number_of_grou
 def test_attach_refuses_a_mode_that_does_not_fit_before_spark_starts():
     from types import SimpleNamespace
 
-    from eddies.engine.spark import attach
+    from eddies.engine.spark.driver import attach
 
     cat = Catalog()
     cat.add_stream("s", SCHEMA)

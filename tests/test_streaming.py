@@ -12,8 +12,8 @@ import pytest
 from oracle import assert_same_bag
 
 from eddies.engine import Catalog, DataSourceError, EddiesError, run_query
-from eddies.engine.sinks import MemorySink
-from eddies.engine.streaming import BackgroundQuery
+from eddies.engine.streaming.sinks import MemorySink
+from eddies.engine.streaming.thread_runner import BackgroundQuery
 
 EVENTS = pa.table(
     {

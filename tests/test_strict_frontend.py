@@ -17,7 +17,7 @@ import pytest
 from oracle import assert_same_bag, check_all, make_catalog
 
 from eddies.engine import EddiesError, execute
-from eddies.engine.errors import SqlSyntaxError, UnknownColumnError, UnsupportedQueryError
+from eddies.errors import SqlSyntaxError, UnknownColumnError, UnsupportedQueryError
 
 # Duplicate and NULL join keys on every side; t and u share a and c, w shares a only.
 T = pa.table(

@@ -22,9 +22,9 @@ from hypothesis import strategies as st
 from oracle import bag, table_rows
 
 from eddies.engine import Catalog
-from eddies.engine.errors import DataSourceError, EddiesError
-from eddies.engine.sinks import MemorySink
-from eddies.engine.streaming import BackgroundQuery
+from eddies.engine.streaming.sinks import MemorySink
+from eddies.engine.streaming.thread_runner import BackgroundQuery
+from eddies.errors import DataSourceError, EddiesError
 from eddies.modules.window import EventTimeWindow, RowWindow
 
 DIM = pa.table({"k": pa.array([0, 1, 2, 2, None], pa.int64()), "n": list("abcde")})

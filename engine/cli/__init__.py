@@ -1,0 +1,12 @@
+"""The ``eddies`` command line (:func:`eddies.engine.cli.main.main`) and how it shows a run."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def main(argv: Any = None) -> int:
+    """Run the ``eddies`` command (see :mod:`eddies.engine.cli.main`); returns the exit code."""
+    from eddies.engine.cli.main import main as run
+
+    return run(argv)

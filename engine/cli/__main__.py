@@ -1,0 +1,8 @@
+"""``python -m eddies.engine.cli``: the ``eddies`` command."""
+
+import sys
+
+from eddies.engine.cli.main import main
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,2 @@
+"""Scalar expressions: sqlglot trees compiled into router.expressions trees (types, casts,
+functions)."""

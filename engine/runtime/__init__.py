@@ -1,0 +1,1 @@
+"""The process around a query: logging, the trio clock, garbage collection and malloc tuning."""
