@@ -45,7 +45,7 @@ import pyarrow.parquet as pq
 from common import console, engine_or_exit, fmt_ms, fmt_ratio, print_table, verdict
 
 from eddies.engine import Catalog, execute, run_query
-from eddies.engine.execute.run import RunOptions
+from eddies.engine.execution.run import RunOptions
 
 HERE = pathlib.Path(__file__).parent
 OUT = HERE / "out"

@@ -27,8 +27,8 @@ import pyarrow as pa
 from common import print_table, verdict
 
 from eddies.engine import Catalog
+from eddies.engine.streaming import BackgroundQuery
 from eddies.engine.streaming.sinks import MemorySink
-from eddies.engine.streaming.thread_runner import BackgroundQuery
 from eddies.modules.window import RowWindow
 
 SIDE = pa.schema([("k", pa.int64()), ("v", pa.int64())])

@@ -58,7 +58,7 @@ def make_input(batches: int, rows: int, keys: int, seed: int):
 def run_eddy(pushes, customers, window: int | None):
     """Push every micro-batch with a commit point after each; (seconds, rows, peak rows)."""
     from eddies.engine import Catalog
-    from eddies.engine.streaming.thread_runner import BackgroundQuery
+    from eddies.engine.streaming import BackgroundQuery
     from eddies.modules.window import RowWindow
 
     cat = Catalog()

@@ -20,8 +20,8 @@ import trio
 
 from eddies.engine.above.finalize import Finalizer
 from eddies.engine.catalog import Catalog
-from eddies.engine.execute.composite import CompositeResults, is_composite, open_composite
-from eddies.engine.execute.run import run_plan, seed_scheduler
+from eddies.engine.execution.composite import CompositeResults, is_composite, open_composite
+from eddies.engine.execution.run import run_plan, seed_scheduler
 from eddies.engine.frontend.parse import parse_statement
 from eddies.engine.options import RunOptions
 from eddies.engine.plan.join_state import with_join_state
@@ -120,7 +120,7 @@ class QueryResults:
         return await self.commit_points.request_commit(tag)
 
     def attach_commit_points(self, points: CommitPoints) -> None:
-        """Called by the query's task before any of its modules start (engine/execute/run.py)."""
+        """Called by the query's task before any of its modules start (engine/execution/run.py)."""
         self.commit_points = points
         self._points_attached.set()
 
@@ -213,7 +213,7 @@ async def open_query(
     Options as in :func:`run_query`. Batches leave as soon as the eddy produces them (after
     the whole input for queries with aggregation, ORDER BY or DISTINCT). Leaving the block
     early stops the query. A composite query (WITH, subqueries, set operations, window
-    functions; see :mod:`eddies.engine.execute.composite`) yields a CompositeResults of the same
+    functions; see :mod:`eddies.engine.execution.composite`) yields a CompositeResults of the same
     shape whose ``stats`` are those of its latest eddy query. Raises a subclass of
     EddiesError for bad queries, options or data, before any task starts where it can.
     """

@@ -22,6 +22,7 @@ from typing import Any
 from eddies.engine.expr.intervals import span_us
 from eddies.errors import EddiesError
 from eddies.router.policies import DEFAULT_POLICY, check_policy_options
+from eddies.settings import Tuning
 
 
 @dataclass(frozen=True)
@@ -60,6 +61,10 @@ class RunOptions:
     cache, the batch ids taken — at every commit point, and from which a restarted query
     with the same SQL resumes (see :mod:`eddies.engine.streaming.durable`); None: state lives in
     memory only.
+    tuning: an :class:`eddies.settings.Tuning` in force while this query runs (the eddy's
+    buffer bound, SteM probe output, STAIR migration costs, ...); None: the knobs in force
+    where the query starts (:func:`eddies.settings.current`, the defaults unless a
+    :func:`eddies.settings.tuned` block changed them).
 
     Raises EddiesError naming the option and the bad value; ``True`` is not a number here.
     """
@@ -77,6 +82,7 @@ class RunOptions:
     watermarks: Mapping[str, tuple[str, dt.timedelta]] | None = None
     join_state: str = "stems"
     checkpoint: str | None = None
+    tuning: Tuning | None = None
 
     def __post_init__(self) -> None:
         _check_int(self, "batch_size", minimum=1)
@@ -118,6 +124,10 @@ class RunOptions:
                     f"checkpoint must be a folder (a str or path), got {self.checkpoint!r}"
                 )
             object.__setattr__(self, "checkpoint", os.fspath(self.checkpoint))
+        if self.tuning is not None and not isinstance(self.tuning, Tuning):
+            raise EddiesError(
+                f"tuning must be an eddies.settings.Tuning or None, got {self.tuning!r}"
+            )
         if self.watermarks is not None:
             object.__setattr__(self, "watermarks", _check_watermarks(self.watermarks) or None)
             if self.watermarks and self.output_mode is None:

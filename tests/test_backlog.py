@@ -17,7 +17,7 @@ import pytest
 from oracle import assert_same_bag, duckdb_table
 
 from eddies.engine import Catalog, run_query
-from eddies.engine.execute.run import DEFAULT_QUEUE_CAPACITY
+from eddies.engine.execution.run import DEFAULT_QUEUE_CAPACITY
 from eddies.modules import stem
 from eddies.router import eddy
 from eddies.router.policies import POLICIES

@@ -1,6 +1,6 @@
 """Composite queries (issue 14, items 4 and 5) against DuckDB: WITH, derived tables, scalar
 subqueries, UNION [ALL] / INTERSECT [ALL] / EXCEPT [ALL], window functions, QUALIFY,
-GROUP BY ALL, ORDER BY ALL and DISTINCT ON (engine/execute/composite.py,
+GROUP BY ALL, ORDER BY ALL and DISTINCT ON (engine/execution/composite.py,
 engine/above/duckdb_runtime.py).
 
 Every pinned case runs under the lottery, rank and hybrid (default) policies at batch sizes

@@ -19,7 +19,7 @@ import eddies.engine
 
 ROOT = Path(__file__).resolve().parent.parent
 LAYERS = ["engine", "modules", "router", "sources"]  # each may import those after it
-LEAVES = {"eddies.errors"}
+LEAVES = {"eddies.errors", "eddies.settings"}
 
 
 def _modules() -> list[tuple[str, Path]]:

@@ -11,7 +11,7 @@ import pyarrow as pa
 import trio
 
 from eddies.engine import Catalog, RunOptions
-from eddies.engine.execute.run import DEFAULT_QUEUE_CAPACITY, lower
+from eddies.engine.execution.run import DEFAULT_QUEUE_CAPACITY, lower
 from eddies.engine.plan.planner import plan_query
 from eddies.router.routing_table import DestinationKind
 from eddies.router.stats import RunStats
@@ -79,7 +79,7 @@ def test_default_batch_size_scales_with_the_table_and_sources_rank_by_rows():
     side), whatever the join edges."""
     import numpy as np
 
-    from eddies.engine.execute.run import DEFAULT_BATCH_SIZE, MAX_DEFAULT_BATCH_SIZE
+    from eddies.engine.execution.run import DEFAULT_BATCH_SIZE, MAX_DEFAULT_BATCH_SIZE
 
     cat = Catalog()
     cat.add_table("big", pa.table({"a": np.arange(3_000_000) % 7}))
@@ -125,7 +125,7 @@ def test_a_query_releases_its_stems_and_stairs_when_it_ends():
     collector's next pass; the rows delivered before are DuckDB's."""
     from oracle import assert_bags_equal, duckdb_rows, table_rows
 
-    from eddies.engine.execute.run import spawn
+    from eddies.engine.execution.run import spawn
     from eddies.modules.stair import StairJoin
     from eddies.modules.stem import SteM
 

@@ -1,7 +1,8 @@
 """Rows written in the query: VALUES lists (engine/rewrite/values_rows.py, a UNION ALL of one-row
 SELECTs) and SELECTs without FROM, which read one row, as SQL (and DuckDB) define it:
 ``SELECT 1 + 1``, a CTE of constants, ``x IN (SELECT 1 UNION SELECT 3)``, ``EXISTS
-(SELECT 1 WHERE ...)``, a scalar ``(SELECT 5)``, set-operation branches (engine/execute/composite.py
+(SELECT 1 WHERE ...)``, a scalar ``(SELECT 5)``, set-operation branches
+(engine/execution/composite.py
 reads them over a one-row table). ``x IN (SELECT 1)`` used to fail with a raw KeyError.
 Against DuckDB under lottery, rank and hybrid at batch sizes 1, 7 and the default.
 """

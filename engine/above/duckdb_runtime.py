@@ -11,7 +11,7 @@ would write and maintain them ourselves; DuckDB has them all with exactly the se
 test oracle checks, and the issue allows it here. Streaming is not lost: every operator
 above is blocking by nature (a window needs its whole partition, EXCEPT the whole right
 side), while UNION ALL and a bare LIMIT, which can stream, are run without DuckDB by
-engine/execute/composite.py so a LIMIT still stops the eddy early.
+engine/execution/composite.py so a LIMIT still stops the eddy early.
 """
 
 from __future__ import annotations

@@ -541,7 +541,7 @@ def membership_subquery(node: exp.Expression) -> exp.Expression | None:
 
 
 def composite_construct(root: exp.Expression) -> tuple[exp.Expression, str] | None:
-    """The first construct of ``root`` that engine/execute/composite.py runs around the eddy (a
+    """The first construct of ``root`` that engine/execution/composite.py runs around the eddy (a
     node and its name), or None when ``root`` is one eddy query."""
     for node in root.walk():
         if isinstance(node, exp.With):

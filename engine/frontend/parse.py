@@ -429,7 +429,7 @@ def parse_query(sql: str, functions: Collection[str] = ()) -> QueryBlock:
     """Parse ``sql`` into a :class:`QueryBlock`; SqlSyntaxError / UnsupportedQueryError.
 
     ``functions``: lower-case names of registered Python functions (allowed as calls).
-    The constructs engine/execute/composite.py runs around the eddy (WITH, subqueries, set
+    The constructs engine/execution/composite.py runs around the eddy (WITH, subqueries, set
     operations, window functions...) are refused here: a QueryBlock is one eddy's query.
     """
     root, tokens = _statement(sql, functions)

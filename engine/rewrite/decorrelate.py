@@ -9,7 +9,7 @@ subquery once per *key* instead of once per row::
     LEFT JOIN (SELECT u.k AS __k0, max(u.y) AS __a0 FROM u GROUP BY u.k) AS __sq_1
            ON __sq_1.__k0 = t.k
 
-engine/execute/composite.py runs the derived table as its own query, and the outer eddy joins it
+engine/execution/composite.py runs the derived table as its own query, and the outer eddy joins it
 as a LEFT JOIN step (engine/plan/outer_and_semi_joins.py): a row of t whose key has no group is
 padded
 with NULLs once the derived table's SteM is complete (stems-2003 §2.1.4). The rules:
@@ -38,7 +38,7 @@ with NULLs once the derived table's SteM is complete (stems-2003 §2.1.4). The r
   rows m+1..m+n per key (``row_number()`` over the keys); ``DISTINCT`` is kept.
 
 Refused with UnsupportedQueryError: a correlated subquery outside the SELECT list and
-WHERE (engine/execute/composite.py first moves those of HAVING, ORDER BY and QUALIFY into a SELECT
+WHERE (engine/execution/composite.py first moves those of HAVING, ORDER BY and QUALIFY into a SELECT
 list: engine/plan/having_split.py, engine/plan/window_split.py; ON stays refused), one with GROUP
 BY, HAVING, QUALIFY, a window, WITH, a set operation or a nested subquery reading the
 outermost row, outer columns inside its aggregates or its FROM, a string key compared

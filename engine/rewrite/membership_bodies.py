@@ -3,7 +3,7 @@
 The eddy answers ``x IN (q)`` and ``EXISTS (q)`` as semi-/anti-join steps, and
 engine/rewrite/decorrelate.py's ``membership_counts`` as counts, both of which read ``q`` as *one
 row per qualifying row of its FROM* (``sql_allowlist.is_filter_body``). Other bodies mean
-something else, and are rewritten first (engine/execute/composite.py calls this module):
+something else, and are rewritten first (engine/execution/composite.py calls this module):
 
 - **One row by construction.** A body that aggregates without GROUP BY (an aggregate in
   its SELECT list, or a HAVING: ``SELECT max(u.y) FROM u WHERE ...``) has exactly one

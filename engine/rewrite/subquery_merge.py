@@ -5,7 +5,7 @@ own: sqlglot's ``qualify`` and ``merge_subqueries`` rules rewrite it to
 ``FROM t JOIN u ON t.a = u.a WHERE t.a > 1``, one eddy that routes over both tables, keeps
 its adaptivity across what was the subquery's boundary, streams, and stops early on a
 LIMIT. A CTE used once is merged the same way. What sqlglot cannot merge (an aggregate,
-DISTINCT, LIMIT, a window inside, a CTE used twice) is left for engine/execute/composite.py to run
+DISTINCT, LIMIT, a window inside, a CTE used twice) is left for engine/execution/composite.py to run
 as its own eddy query.
 """
 

@@ -5,7 +5,7 @@ SELECTs.
 ALL SELECT 2, 'b'`` (columns ``col0, col1, ...`` without a column list, as DuckDB names
 them); ``x IN (VALUES (1), (2))`` is ``x IN (SELECT 1 UNION ALL SELECT 2)``. The set
 operation's type unification gives the columns one type each, as VALUES does, and the
-SELECTs without FROM read one row (engine/execute/composite.py). Rows of different lengths are a
+SELECTs without FROM read one row (engine/execution/composite.py). Rows of different lengths are a
 SqlSyntaxError, as in DuckDB.
 """
 

@@ -45,7 +45,7 @@ from sqlglot import exp
 from eddies.engine.above.finalize import Finalizer
 from eddies.engine.api import _unwrap, execute
 from eddies.engine.catalog import Catalog, CatalogTable
-from eddies.engine.execute.run import run_plan, seed_scheduler
+from eddies.engine.execution.run import run_plan, seed_scheduler
 from eddies.engine.options import RunOptions
 from eddies.engine.plan.planner import Plan, plan_query
 from eddies.engine.runtime.precise_clock import run_clock

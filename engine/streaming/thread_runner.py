@@ -129,7 +129,7 @@ class BackgroundQuery:
                     self._on_batch(batch)
                 elif self.sink is None:
                     self._batches.append(batch)
-        # A composite query (engine/execute/composite.py) knows its schema and last eddy's stats
+        # A composite query (engine/execution/composite.py) knows its schema and last eddy's stats
         # only once it has run.
         self._schema = results.schema
         self.stats = results.stats

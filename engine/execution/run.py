@@ -38,6 +38,7 @@ from eddies.router.eddy import Eddy, Source
 from eddies.router.policies import make_policy
 from eddies.router.routing_table import Destination, DestinationKind, RoutingTable
 from eddies.router.stats import LookupStats, RunStats
+from eddies.settings import current, tuned
 from eddies.sources.dataset_source import DynamicFilter
 from eddies.sources.stream import StreamTable
 from eddies.sources.table_store import TableStore
@@ -445,12 +446,15 @@ async def run_plan(
     """Execute ``plan``; complete tuples leave as RecordBatches on ``results`` (closed at end).
 
     A plan that reads stream tables also gets :class:`CommitPoints`, handed to
-    ``on_commit_points`` before any task starts.
+    ``on_commit_points`` before any task starts. ``options.tuning`` (or the knobs in force
+    here) is in force for the whole run, in every task it spawns.
     """
-    parts = lower(plan, options, results, stats)
-    if parts.commits is not None and on_commit_points is not None:
-        on_commit_points(parts.commits)
-    await spawn(parts, results)
+    # The knobs in force for every module created and every task spawned below.
+    with tuned(options.tuning or current()):
+        parts = lower(plan, options, results, stats)
+        if parts.commits is not None and on_commit_points is not None:
+            on_commit_points(parts.commits)
+        await spawn(parts, results)
 
 
 def _known_rows(table) -> float:

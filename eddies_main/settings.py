@@ -1,0 +1,137 @@
+"""Tuning knobs of the eddy, its SteMs and STAIRs: one documented, validated place.
+
+The defaults are what the benches in ``bench/`` were measured with; a query runs with them
+unless told otherwise. Set them for one query with ``RunOptions(tuning=Tuning(...))`` (the
+engine applies it for the query's run), or for a block of code — a test, a bench — with
+:func:`tuned`::
+
+    from eddies.settings import Tuning, tuned
+
+    with tuned(stair_migration_cost=0):
+        ...  # every query started here migrates whenever the greedy plan asks
+
+The active value lives in a :class:`contextvars.ContextVar`, so it follows trio tasks and
+the worker threads trio starts (each copies its parent's context), and two queries in two
+threads may run with different knobs. Modules read it with :func:`current` when they are
+created or when they decide, never per row.
+
+This module is a leaf like :mod:`eddies.errors`: any layer may import it.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import dataclasses
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from numbers import Integral, Real
+
+from eddies.errors import EddiesError
+
+
+@dataclass(frozen=True)
+class Tuning:
+    """The knobs (all optional; each field's comment gives its unit, default and source).
+
+    Raises EddiesError naming the knob and the bad value (a bool is not a number here).
+    """
+
+    #: Eddy: tuples it may buffer (priority buffer and waiting, plus the output bounds of
+    #: resumed probes in flight) before it holds back the continuations of large SteM
+    #: probes; tuples, default 2**18 (memory stays bounded under fan-out).
+    eddy_max_buffered_tuples: int = 1 << 18
+    #: Eddy statistics: routing decisions kept in the log; beyond it the oldest half is
+    #: folded into totals; records, default 2**20.
+    route_log_max_records: int = 1 << 20
+    #: Modules: batches of at least this many rows are visited in a worker thread (None:
+    #: never); rows. A visit is many small NumPy kernels between Python steps holding the
+    #: GIL, so offloading rarely pays on CPython; sync UDFs always run in threads.
+    offload_rows: int | None = None
+    #: SteM: most tuples one probe returns; a probe with more matches returns its rest to
+    #: the eddy as a continuation (stems-2003 §2.1); tuples, default 2**16.
+    stem_max_output_rows: int = 1 << 16
+    #: SteM index: tables of at least this many rows get their direct-address tables built
+    #: in a worker thread while builds arrive (one default scan batch); rows, default 2**17.
+    direct_build_background_min_rows: int = 1 << 17
+    #: STAIRs: the greedy migration policy looks at the routing again after this many more
+    #: source tuples were admitted (stairs-2004 §5.1: every 1000 tuples); tuples.
+    stair_check_every: int = 1000
+    #: STAIRs: True routes by the greedy plan itself (stairs-2004 §4.1, the benches'
+    #: setting); False (default): the policy routes and the migrator moves what it misrouted.
+    stair_greedy_routing: bool = False
+    #: STAIRs: the fixed cost of one migration (promotion/demotion of a cohort), in stored
+    #: tuples' worth of work; default 1000 (bench/README.md, Fig. 8).
+    stair_migration_cost: int = 1000
+    #: STAIRs: probe answers below this many tuples are coalesced across signatures into
+    #: one eddy visit; tuples, default 128; 0: never.
+    stair_coalesce_below: int = 128
+    #: STAIRs: the cost of one more module visit, in stored tuples' worth of work, weighed
+    #: against moving a remnant with its cohort; default 100.
+    stair_visit_cost: int = 100
+    #: STAIRs under greedy routing: a seed drawing the initial plan (random fan-outs,
+    #: stairs-2004 §5.3); None (default): every fan-out 1.
+    stair_initial_plan_seed: int | None = None
+    #: STAIRs: a cohort the guard refused is looked at again once the admitted input grew
+    #: by this factor; default 2.0 (> 1).
+    stair_look_again: float = 2.0
+
+    def __post_init__(self) -> None:
+        for field in dataclasses.fields(self):
+            value = getattr(self, field.name)
+            if field.name == "stair_greedy_routing":
+                if not isinstance(value, bool):
+                    raise EddiesError(f"tuning: {field.name} must be True or False, got {value!r}")
+                continue
+            if value is None and field.name in _OPTIONAL:
+                continue
+            if field.name == "stair_look_again":
+                ok = isinstance(value, Real) and not isinstance(value, bool) and value > 1
+                if not ok:
+                    raise EddiesError(f"tuning: {field.name} must be a number > 1, got {value!r}")
+                continue
+            least = 0 if field.name in _ZERO_ALLOWED else 1
+            if not isinstance(value, Integral) or isinstance(value, bool) or value < least:
+                raise EddiesError(
+                    f"tuning: {field.name} must be an int >= {least}"
+                    f"{' or None' if field.name in _OPTIONAL else ''}, got {value!r}"
+                )
+
+    def replace(self, **changes: object) -> Tuning:
+        """A copy with ``changes``; an unknown knob raises EddiesError naming it."""
+        unknown = sorted(set(changes) - {f.name for f in dataclasses.fields(self)})
+        if unknown:
+            known = ", ".join(f.name for f in dataclasses.fields(self))
+            raise EddiesError(f"tuning: unknown knob(s) {', '.join(unknown)}; known: {known}")
+        return dataclasses.replace(self, **changes)  # type: ignore[arg-type]
+
+
+_OPTIONAL = {"offload_rows", "stair_initial_plan_seed"}
+_ZERO_ALLOWED = {
+    "stair_migration_cost",
+    "stair_coalesce_below",
+    "stair_visit_cost",
+    "stair_initial_plan_seed",
+}
+
+DEFAULT = Tuning()
+_active: contextvars.ContextVar[Tuning] = contextvars.ContextVar("eddies_tuning", default=DEFAULT)
+
+
+def current() -> Tuning:
+    """The knobs in force in this task or thread (:data:`DEFAULT` unless overridden)."""
+    return _active.get()
+
+
+@contextmanager
+def tuned(tuning: Tuning | None = None, /, **changes: object) -> Iterator[Tuning]:
+    """Run a block with ``tuning`` (or the current knobs with ``changes``) in force.
+
+    Restored on exit, exceptions included. Yields the knobs in force inside the block.
+    """
+    value = (tuning or current()).replace(**changes) if changes else (tuning or current())
+    token = _active.set(value)
+    try:
+        yield value
+    finally:
+        _active.reset(token)
