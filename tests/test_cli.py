@@ -13,8 +13,9 @@ import pytest
 from oracle import assert_same_ordered
 from rich.console import Console
 
-from eddies.engine import Catalog, cli, run_query
-from eddies.engine.cli.main import DEMO_SQL, DEMO_TABLES, main
+from eddies.engine import Catalog, run_query
+from eddies.engine.cli import commands as cli
+from eddies.engine.cli.commands import DEMO_SQL, DEMO_TABLES, main
 from eddies.sources.nycflights import load_table
 
 
