@@ -466,9 +466,9 @@ def parse_query(sql: str, functions: Collection[str] = ()) -> QueryBlock:
             f"(a tuple's span is a {MAX_TABLES}-bit mask): {describe(root.args['joins'][-1])}"
         )
 
-    distinct = root.args.get("distinct")
-    if distinct is not None and distinct.expressions:
+    if has_distinct_list(root):
         raise UnsupportedQueryError(f"DISTINCT with a list is not supported: {describe(root)}")
+    distinct = root.args.get("distinct")
     group_node = root.args.get("group")
     having = root.args.get("having")
     order = root.args.get("order")
@@ -487,6 +487,13 @@ def parse_query(sql: str, functions: Collection[str] = ()) -> QueryBlock:
         n_where=n_where,
         subqueries=subqueries,
     )
+
+
+def has_distinct_list(select: exp.Expression) -> bool:
+    """Whether ``select``'s DISTINCT carries a list of expressions (sqlglot's
+    ``Distinct.expressions``), which one eddy block does not run."""
+    distinct = select.args.get("distinct")
+    return distinct is not None and bool(distinct.expressions)
 
 
 def subquery_of(node: exp.Expression) -> exp.Select | None:

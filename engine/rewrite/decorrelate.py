@@ -264,7 +264,11 @@ def _rewrite(
     outer = {id(c) for c in outer_list}
     keep, on_only, correlated = _split_where(query, outer)
     joins = [j.copy() for j in query.args.get("joins") or []]
-    keys = _correlation_keys(select, correlated, outer, keep, joins, fresh)
+    pairs = [_key_pair(c, outer) for c in correlated]
+    if all(p is not None for p in pairs):
+        keys = [p for p in pairs if p is not None]
+    else:  # not only equalities: correlate through the outer values' domain
+        keys = _domain(select, correlated, outer, keep, joins, fresh)
 
     alias = fresh("sq")
     value = query.expressions[0].unalias()  # rewritten in place: the subquery is replaced below
@@ -344,23 +348,6 @@ def _split_where(
         else:
             correlated.append(conjunct)
     return keep, on_only, correlated
-
-
-def _correlation_keys(
-    select: exp.Select,
-    correlated: list[exp.Expression],
-    outer: set[int],
-    keep: list[exp.Expression],
-    joins: list[exp.Expression],
-    fresh: Callable[[str], str],
-) -> list[tuple[exp.Expression, exp.Expression, type]]:
-    """(inner side, outer side, EQ or NullSafeEQ) per key: the correlated conjuncts
-    themselves when each is an equality (:func:`_key_pair`), else the outer values'
-    domain (:func:`_domain`, which adds to ``keep`` and ``joins``)."""
-    pairs = [_key_pair(c, outer) for c in correlated]
-    if all(p is not None for p in pairs):
-        return [p for p in pairs if p is not None]
-    return _domain(select, correlated, outer, keep, joins, fresh)
 
 
 def _aggregated(
