@@ -2,7 +2,7 @@
 
 - Arrow's sum kernels wrap around: ``SUM`` of three 2**62 came back negative, without a
   word. A sum whose bound (largest magnitude x count) reaches 2**63 is now summed exactly
-  (finalize.widen_risky_sums): the answer is exact whenever it fits BIGINT, and an
+  (relational.widen_risky_sums): the answer is exact whenever it fits BIGINT, and an
   ExpressionError naming the aggregate when it does not (DuckDB gives a HUGEINT there).
 - UBIGINT values above 2**63 met signed operands through a BIGINT cast: comparisons failed
   and a UBIGINT = TINYINT join raised a raw ArrowInvalid.

@@ -16,9 +16,18 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from eddies.engine.above.relational import (
+    distinct_and_ordered,
+    explode_windows,
+    group_value,
+    narrow_sums,
+    pre_aggregate,
+    select_groups,
+    widen_risky_sums,
+)
 from eddies.engine.plan.planner import FinalizeSpec
 from eddies.errors import EddiesError, ExpressionError
-from eddies.router.expressions import KERNEL_ERRORS, Call, evaluate_async, mask_of
+from eddies.router.expressions import KERNEL_ERRORS, evaluate_async
 from eddies.sources.decimal_float import as_double
 
 
@@ -84,15 +93,8 @@ class Finalizer:
             names += [f"__a{j}" for j in range(len(spec.aggregates))]
             names += [f"__x{i}" for i in range(len(extras))]
             pre = explode_windows(await self._project(exprs, env, n, names), spec.group)
-            columns = [_group_value(c) for c in pre.columns[: len(spec.group)]]
-            columns += [
-                _aggregate_input(c, function)
-                for c, function in zip(
-                    pre.columns[len(spec.group) :],
-                    [a.function for a in spec.aggregates] + [None] * len(extras),
-                    strict=True,
-                )
-            ]
+            functions = [a.function for a in spec.aggregates] + [None] * len(extras)
+            columns = pre_aggregate(pre, len(spec.group), functions)
             self._collected.append(pa.RecordBatch.from_arrays(columns, names=names))
             return []
         if not spec.streaming:
@@ -121,18 +123,7 @@ class Finalizer:
             table = await self._aggregate()
         else:
             table = self._collected_table(len(spec.select) + len(spec.order))
-        if spec.distinct:
-            table = _distinct(table)
-        if spec.order:
-            first_key = len(spec.select)
-            table = _sort(
-                table,
-                [
-                    (f"c{first_key + i}", desc, nulls_first)
-                    for i, (_, desc, nulls_first) in enumerate(spec.order)
-                ],
-            )
-        table = table.select([f"c{i}" for i in range(len(spec.select))])
+        table = distinct_and_ordered(table, spec)
         end = None if spec.limit is None else spec.offset + spec.limit
         table = table.slice(spec.offset, None if end is None else max(0, end - spec.offset))
         columns = [
@@ -162,74 +153,12 @@ class Finalizer:
             types = [f.type for f in self.schema] + [pa.null()] * len(spec.order)
             return pa.table({f"c{i}": pa.array([], types[i]) for i in range(width)})
         if n_groups:
-            nan_max = [
-                j
-                for j, a in enumerate(spec.aggregates)
-                if a.function == "max" and pa.types.is_floating(pre.column(f"__a{j}").type)
-            ]
-            for j in nan_max:  # DuckDB: NaN is the greatest value, so max sees it
-                pre = pre.append_column(f"__nan{j}", pc.is_nan(pre.column(f"__a{j}")))
-            grouped = pre.group_by([f"__g{i}" for i in range(n_groups)], use_threads=False)
-            single = [j for j, a in enumerate(spec.aggregates) if _population(a)]
-            kernels = [
-                _kernel(a.function, pre.column(f"__a{j}").type)
-                for j, a in enumerate(spec.aggregates)
-            ]
-            agg = grouped.aggregate(
-                [(x, "list") for xs in _extra_names(spec.aggregates) for x in xs]
-                + [(f"__a{j}", "count") for j in single]
-                + [
-                    (f"__a{j}", kernels[j])
-                    if a.options is None
-                    else (f"__a{j}", kernels[j], a.options)
-                    for j, a in enumerate(spec.aggregates)
-                ]
-                + [(f"__nan{j}", "any") for j in nan_max]
-            )
-            for j in single:  # DuckDB: the population statistic of one value is 0
-                i = agg.column_names.index(f"__a{j}_{kernels[j]}")
-                one = pc.equal(agg.column(f"__a{j}_count"), 1)
-                fixed = pc.if_else(one, pa.scalar(0.0, pa.float64()), agg.column(i))
-                agg = agg.set_column(i, agg.column_names[i], fixed).drop_columns([f"__a{j}_count"])
-            extra_names = _extra_names(spec.aggregates)
-            for j, a in enumerate(spec.aggregates):
-                if a.post is not None:  # collected as lists per group: finish them
-                    i = agg.column_names.index(f"__a{j}_list")
-                    lists = [agg.column(i)] + [agg.column(f"{x}_list") for x in extra_names[j]]
-                    agg = agg.set_column(i, f"__a{j}_list", _list_post(_zip_lists(lists), a.post))
-            agg = agg.drop_columns([f"{x}_list" for xs in extra_names for x in xs])
-            output_names = {f"__a{j}_{kernels[j]}": f"__a{j}" for j in range(len(kernels))}
-            agg = agg.rename_columns([output_names.get(c, c) for c in agg.column_names])
-            for j in nan_max:
-                has_nan = pc.fill_null(agg.column(f"__nan{j}_any"), False)
-                col = agg.column(f"__a{j}")
-                fixed = pc.if_else(has_nan, pa.scalar(float("nan"), col.type), col)
-                agg = agg.set_column(agg.column_names.index(f"__a{j}"), f"__a{j}", fixed)
-                agg = agg.drop_columns([f"__nan{j}_any"])
+            agg = _grouped_aggregate(pre, n_groups, spec.aggregates)
         else:
-            agg = pa.table(
-                {
-                    f"__a{j}": [
-                        _scalar_aggregate(
-                            [pre.column(f"__a{j}")]
-                            + [pre.column(x) for x in _extra_names(spec.aggregates)[j]],
-                            a.function,
-                            a.options,
-                            a.post,
-                        )
-                    ]
-                    for j, a in enumerate(spec.aggregates)
-                }
-            )
+            agg = _global_aggregate(pre, spec.aggregates)
         agg = narrow_sums(agg, {c: sums[c] for c in widened})
         env = {name: agg.column(name).combine_chunks() for name in agg.column_names}
-        n = agg.num_rows
-        if spec.having is not None:
-            keep = mask_of(await evaluate_async(spec.having, env, n))
-            env = {k: v.filter(keep) for k, v in env.items()}
-            n = int(keep.sum())
-        exprs = spec.select + [o[0] for o in spec.order]
-        columns = [await evaluate_async(e, env, n) for e in exprs]
+        columns, _ = await select_groups(spec, env, agg.num_rows)
         return pa.table({f"c{i}": c for i, c in enumerate(columns)})
 
     def _empty_pre_aggregate(self) -> pa.Table:
@@ -242,6 +171,72 @@ class Finalizer:
 
 
 _POPULATION = pc.VarianceOptions(ddof=0)
+
+
+def _grouped_aggregate(pre: pa.Table, n_groups: int, aggregates: list) -> pa.Table:
+    """One row per group of ``pre`` (keys ``__g<i>``, inputs ``__a<j>`` and ``__x<i>``):
+    the keys and each aggregate's value as ``__a<j>``, with DuckDB's answers where Arrow's
+    kernels differ (NaN the greatest value for max, 0 for the population statistic of
+    one value) and the ``list``-collected aggregates finished (:func:`_list_post`)."""
+    nan_max = [
+        j
+        for j, a in enumerate(aggregates)
+        if a.function == "max" and pa.types.is_floating(pre.column(f"__a{j}").type)
+    ]
+    for j in nan_max:  # DuckDB: NaN is the greatest value, so max sees it
+        pre = pre.append_column(f"__nan{j}", pc.is_nan(pre.column(f"__a{j}")))
+    grouped = pre.group_by([f"__g{i}" for i in range(n_groups)], use_threads=False)
+    single = [j for j, a in enumerate(aggregates) if _population(a)]
+    kernels = [_kernel(a.function, pre.column(f"__a{j}").type) for j, a in enumerate(aggregates)]
+    extra_names = _extra_names(aggregates)
+    agg = grouped.aggregate(
+        [(x, "list") for xs in extra_names for x in xs]
+        + [(f"__a{j}", "count") for j in single]
+        + [
+            (f"__a{j}", kernels[j]) if a.options is None else (f"__a{j}", kernels[j], a.options)
+            for j, a in enumerate(aggregates)
+        ]
+        + [(f"__nan{j}", "any") for j in nan_max]
+    )
+    for j in single:  # DuckDB: the population statistic of one value is 0
+        i = agg.column_names.index(f"__a{j}_{kernels[j]}")
+        one = pc.equal(agg.column(f"__a{j}_count"), 1)
+        fixed = pc.if_else(one, pa.scalar(0.0, pa.float64()), agg.column(i))
+        agg = agg.set_column(i, agg.column_names[i], fixed).drop_columns([f"__a{j}_count"])
+    for j, a in enumerate(aggregates):
+        if a.post is not None:  # collected as lists per group: finish them
+            i = agg.column_names.index(f"__a{j}_list")
+            lists = [agg.column(i)] + [agg.column(f"{x}_list") for x in extra_names[j]]
+            agg = agg.set_column(i, f"__a{j}_list", _list_post(_zip_lists(lists), a.post))
+    agg = agg.drop_columns([f"{x}_list" for xs in extra_names for x in xs])
+    output_names = {f"__a{j}_{kernels[j]}": f"__a{j}" for j in range(len(kernels))}
+    agg = agg.rename_columns([output_names.get(c, c) for c in agg.column_names])
+    for j in nan_max:
+        has_nan = pc.fill_null(agg.column(f"__nan{j}_any"), False)
+        col = agg.column(f"__a{j}")
+        fixed = pc.if_else(has_nan, pa.scalar(float("nan"), col.type), col)
+        agg = agg.set_column(agg.column_names.index(f"__a{j}"), f"__a{j}", fixed)
+        agg = agg.drop_columns([f"__nan{j}_any"])
+    return agg
+
+
+def _global_aggregate(pre: pa.Table, aggregates: list) -> pa.Table:
+    """The one row of an aggregate without GROUP BY over ``pre``: ``__a<j>`` per
+    aggregate (:func:`_scalar_aggregate`)."""
+    extra_names = _extra_names(aggregates)
+    return pa.table(
+        {
+            f"__a{j}": [
+                _scalar_aggregate(
+                    [pre.column(f"__a{j}")] + [pre.column(x) for x in extra_names[j]],
+                    a.function,
+                    a.options,
+                    a.post,
+                )
+            ]
+            for j, a in enumerate(aggregates)
+        }
+    )
 
 
 def _as_type(column: pa.Array, target: pa.DataType) -> pa.Array:
@@ -327,119 +322,6 @@ def _scalar_aggregate(values: Any, function: str, options: Any = None, post: Any
     return pc.max(values)
 
 
-def explode_windows(pre: pa.RecordBatch, group: list[Any]) -> pa.RecordBatch:
-    """``pre`` (group keys first) with a row per window of each row when a key is
-    ``window(...)`` (:class:`~eddies.engine.expr.compile.HopWindow`: a list of window starts per
-    row): the list flattened, the other columns repeated (a row with no window is gone)."""
-    from eddies.engine.expr.compile import HopWindow
-
-    hops = [i for i, g in enumerate(group) if isinstance(g, Call) and isinstance(g.fn, HopWindow)]
-    if not hops:
-        return pre
-    lists = pre.column(hops[0])
-    parents = pc.list_parent_indices(lists)
-    columns = [
-        pc.list_flatten(c) if i in hops else c.take(parents) for i, c in enumerate(pre.columns)
-    ]
-    return pa.RecordBatch.from_arrays(columns, names=pre.schema.names)
-
-
-def _group_value(values: pa.Array) -> pa.Array:
-    """A value as grouping sees it: -0.0 is 0.0 (in SQL they are one group)."""
-    if pa.types.is_floating(values.type):
-        return pc.add(values, pa.scalar(0.0, values.type))  # IEEE: -0.0 + 0.0 = +0.0
-    return values
-
-
-#: A BIGINT sum may wrap around (Arrow's sum kernels do not check) once the largest
-#: magnitude times the count of values reaches this.
-BIGINT_LIMIT = 2**63
-
-
-def widen_risky_sums(table: pa.Table, sums: dict[str, str]) -> tuple[pa.Table, list[str]]:
-    """``table`` with each integer column of ``sums`` (column -> the aggregate's SQL) that
-    could overflow BIGINT when summed cast to DECIMAL(38, 0), where Arrow sums exactly;
-    and the names of those columns. Arrow's integer sums wrap around silently, so
-    ``SUM`` of three 2**62 was negative; the bound (largest magnitude x count) is one
-    vectorized pass, and the exact path runs only when it is reached."""
-    widened = []
-    for name in sums:
-        column = table.column(name)
-        if not pa.types.is_integer(column.type) or column.null_count == len(column):
-            continue
-        bounds = pc.min_max(column)
-        low, high = bounds["min"].as_py(), bounds["max"].as_py()
-        if max(abs(low), abs(high)) * len(column) >= BIGINT_LIMIT:
-            table = table.set_column(
-                table.column_names.index(name), name, column.cast(pa.decimal128(38, 0))
-            )
-            widened.append(name)
-    return table, widened
-
-
-def narrow_sums(table: pa.Table, sums: dict[str, str]) -> pa.Table:
-    """The exact sums of :func:`widen_risky_sums` back as BIGINT (the type SUM has in the
-    plan); ExpressionError naming the aggregate if one is out of BIGINT range (DuckDB
-    gives a HUGEINT there)."""
-    for name, sql in sums.items():
-        if name not in table.column_names:
-            continue
-        try:
-            narrowed = table.column(name).cast(pa.int64())
-        except pa.ArrowInvalid:
-            raise ExpressionError(
-                f"{sql} is out of BIGINT range; CAST its argument to DECIMAL(38, 0) or "
-                "DOUBLE to sum it"
-            ) from None
-        table = table.set_column(table.column_names.index(name), name, narrowed)
-    return table
-
-
-def _aggregate_input(values: pa.Array, function: str | None) -> pa.Array:
-    """Types as DuckDB aggregates them: AVG(decimal) is a double, SUM(decimal) widens to 38
-    digits, COUNT(DISTINCT) folds -0.0 onto 0.0."""
-    if function in ("stddev", "variance") and not pa.types.is_floating(values.type):
-        return as_double(values)  # DuckDB computes them in DOUBLE
-    if pa.types.is_decimal(values.type):
-        if function == "mean":
-            return as_double(values)
-        if function == "sum":
-            return values.cast(pa.decimal128(38, values.type.scale))
-    if function == "count_distinct":
-        return _group_value(values)
-    return values
-
-
-def _distinct(table: pa.Table) -> pa.Table:
-    if table.num_rows == 0:
-        return table
-    table = pa.table(
-        {
-            name: _group_value(col.combine_chunks())
-            for name, col in zip(table.column_names, table.columns, strict=True)
-        }
-    )
-    return table.group_by(table.column_names, use_threads=False).aggregate([])
-
-
-def _sort(table: pa.Table, keys: list[tuple[str, bool, bool]]) -> pa.Table:
-    """Sort with per-key direction and NULL placement (DuckDB's default: NULLS LAST)."""
-    if table.num_rows <= 1:
-        return table
-    sort_keys: list[tuple[str, str]] = []
-    columns = dict(zip(table.column_names, table.columns, strict=True))
-    for i, (name, desc, nulls_first) in enumerate(keys):
-        nulls = f"__null{i}"
-        columns[nulls] = pc.is_null(columns[name], nan_is_null=False)
-        sort_keys.append((nulls, "descending" if nulls_first else "ascending"))
-        if pa.types.is_floating(columns[name].type):  # DuckDB: NaN above every number
-            columns[f"__nan{i}"] = pc.fill_null(pc.is_nan(columns[name]), False)
-            sort_keys.append((f"__nan{i}", "descending" if desc else "ascending"))
-        sort_keys.append((name, "descending" if desc else "ascending"))
-    order = pc.sort_indices(pa.table(columns), sort_keys=sort_keys)
-    return table.take(order)
-
-
 def _sorted_groups(
     lists: Any, keys: list[tuple[Any, bool, bool]], keep: Any
 ) -> tuple[Any, np.ndarray, np.ndarray]:
@@ -478,7 +360,7 @@ def _distinct_aggregate(lists: Any, function: str) -> pa.Array:
     a group without any. Types as for the plain aggregate: an integer sum is exact (in 38
     digits) and must fit BIGINT, a DECIMAL sum has 38 digits, AVG is a DOUBLE."""
     lists = lists.combine_chunks() if isinstance(lists, pa.ChunkedArray) else lists
-    flat = _group_value(pc.list_flatten(lists))
+    flat = group_value(pc.list_flatten(lists))
     pairs = pa.table({"p": pc.list_parent_indices(lists), "v": flat})
     pairs = pairs.filter(pc.is_valid(pairs.column("v")))
     unique = pairs.group_by(["p", "v"], use_threads=False).aggregate([])

@@ -43,6 +43,7 @@ import structlog
 import trio
 from sqlglot import exp
 
+from eddies.engine import rewrite
 from eddies.engine.above.duckdb_runtime import run_above
 from eddies.engine.catalog import CatalogTable
 from eddies.engine.expr.compile import MORE_THAN_ONE_ROW, cast_to, common_type
@@ -71,7 +72,6 @@ from eddies.engine.rewrite.membership_bodies import (
     over_materialized,
 )
 from eddies.engine.rewrite.subquery_merge import merge
-from eddies.engine.rewrite.values_rows import values_as_selects
 from eddies.errors import EddiesError, UnsupportedQueryError, describe
 from eddies.router.stats import RunStats
 from eddies.sources.arrow_source import make_source
@@ -255,7 +255,8 @@ async def _emit(node: exp.Expression, ctx: _Context, put: Put) -> pa.Schema:
     """Run ``node``, handing its result batches to ``put``; returns the result schema."""
     while isinstance(node, exp.Subquery):  # (SELECT ...) as a whole statement or operand
         node = node.this
-    node = _from_dual(values_as_selects(node.copy()), ctx)  # VALUES; SELECT without FROM
+    node = rewrite.apply(node.copy(), rewrite.Stage.PART)  # VALUES lists: UNION ALLs
+    node = _from_dual(node, ctx)  # SELECT without FROM
     node = merge(node, ctx.tables)  # derived tables and CTEs sqlglot can merge
     with_ = node.args.get("with_")
     if with_ is not None:

@@ -227,26 +227,22 @@ _ONLY_WINDOW = (exp.RowNumber, exp.Rank, exp.DenseRank, exp.Lag, exp.Lead)
 _ONLY_WINDOW += (exp.FirstValue, exp.LastValue, exp.PercentRank, exp.CumeDist, exp.Ntile)
 _ONLY_WINDOW += (exp.NthValue,)
 
+#: Node types whose one operand (``this``) must be present: a clause keyword, a column,
+#: an operator, a subquery or window with nothing in it.
+_ONE_OPERAND = (exp.From, exp.Join, exp.Table, exp.Where, exp.Having, exp.Ordered, exp.Column)
+_ONE_OPERAND += (exp.Paren, exp.Neg, exp.Not, exp.Interval, exp.Subquery, exp.Qualify)
+_ONE_OPERAND += (exp.Window, exp.In)
+
 #: Arguments that must be present and non-empty (a missing one is a syntax error in DuckDB;
 #: a SELECT without FROM, which DuckDB runs, is refused by sql.py).
 REQUIRED: dict[type[exp.Expression], frozenset[str]] = {
+    **dict.fromkeys(_ONE_OPERAND, _UNARY),
     exp.Select: frozenset({"expressions"}),
-    exp.From: _UNARY,
-    exp.Join: _UNARY,
-    exp.Table: _UNARY,
-    exp.Where: _UNARY,
-    exp.Having: _UNARY,
     exp.Group: frozenset({"expressions"}),  # or ALL
     exp.Order: frozenset({"expressions"}),
-    exp.Ordered: _UNARY,
     exp.Limit: frozenset({"expression"}),
     exp.Offset: frozenset({"expression"}),
     exp.Alias: frozenset({"this", "alias"}),
-    exp.Column: _UNARY,
-    exp.Paren: _UNARY,
-    exp.Neg: _UNARY,
-    exp.Not: _UNARY,
-    exp.In: frozenset({"this"}),
     exp.Between: frozenset({"this", "low", "high"}),
     exp.Case: frozenset({"ifs"}),
     exp.If: frozenset({"this", "true"}),
@@ -259,12 +255,8 @@ REQUIRED: dict[type[exp.Expression], frozenset[str]] = {
     exp.DateDiff: frozenset({"this", "expression", "unit"}),
     exp.DateFromParts: frozenset({"year", "month", "day"}),
     exp.StrToTime: frozenset({"this", "format"}),
-    exp.Interval: _UNARY,
     exp.With: frozenset({"expressions"}),
     exp.CTE: frozenset({"this", "alias"}),
-    exp.Subquery: _UNARY,
-    exp.Qualify: _UNARY,
-    exp.Window: _UNARY,
     exp.DateBin: _BINARY,
 }
 

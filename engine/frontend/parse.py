@@ -35,9 +35,8 @@ from sqlglot.dialects.dialect import Dialect
 from sqlglot.errors import ErrorLevel, ParseError, TokenError
 from sqlglot.tokens import Token, TokenType
 
+from eddies.engine import rewrite
 from eddies.engine.frontend.allowlist import refuse_composite, validate
-from eddies.engine.rewrite.quantified import rewrite_quantified
-from eddies.engine.rewrite.unshadow import unshadow
 from eddies.errors import SqlSyntaxError, UnsupportedQueryError, describe, line_col
 
 _DIALECT = Dialect.get_or_raise("duckdb")
@@ -414,14 +413,16 @@ def _parse_and_check(sql: str, functions: Collection[str]) -> tuple[exp.Expressi
             )
     _check_keywords(sql, tokens, root)
     _place_intervals(tokens, root)
-    rewrite_quantified(root)  # x op ANY/ALL (subquery): IN, NOT IN or scalar subqueries
+    # The pure rewrites (engine/rewrite/__init__.py): ANY/ALL before the allow-list, ...
+    root = rewrite.apply(root, rewrite.Stage.PARSED)
     validate(root, functions)
     for table in root.find_all(exp.Table):  # before any rewrite sees it (count(*) OVER ())
         if not isinstance(table.this, exp.Identifier) and type(table.this) not in _READERS:
             raise UnsupportedQueryError(
                 f"FROM item {describe(table)} is not supported (tables only)"
             )
-    unshadow(root)  # a subquery's own `t` gets a name of its own (SQL's nearest scope)
+    # ... and, once checked, a subquery's own `t` gets a name of its own (unshadow)
+    root = rewrite.apply(root, rewrite.Stage.CHECKED)
     return root, tokens
 
 
@@ -465,9 +466,9 @@ def parse_query(sql: str, functions: Collection[str] = ()) -> QueryBlock:
             f"(a tuple's span is a {MAX_TABLES}-bit mask): {describe(root.args['joins'][-1])}"
         )
 
-    distinct = root.args.get("distinct")
-    if distinct is not None and distinct.expressions:
+    if has_distinct_list(root):
         raise UnsupportedQueryError(f"DISTINCT with a list is not supported: {describe(root)}")
+    distinct = root.args.get("distinct")
     group_node = root.args.get("group")
     having = root.args.get("having")
     order = root.args.get("order")
@@ -486,6 +487,13 @@ def parse_query(sql: str, functions: Collection[str] = ()) -> QueryBlock:
         n_where=n_where,
         subqueries=subqueries,
     )
+
+
+def has_distinct_list(select: exp.Expression) -> bool:
+    """Whether ``select``'s DISTINCT carries a list of expressions (sqlglot's
+    ``Distinct.expressions``), which one eddy block does not run."""
+    distinct = select.args.get("distinct")
+    return distinct is not None and bool(distinct.expressions)
 
 
 def subquery_of(node: exp.Expression) -> exp.Select | None:

@@ -27,7 +27,7 @@ from sqlglot import exp
 
 from eddies.engine.catalog import CatalogTable
 from eddies.engine.expr.compile import compile_expr
-from eddies.engine.frontend.parse import QueryBlock, conjuncts_of, subquery_of
+from eddies.engine.frontend.parse import QueryBlock, conjuncts_of, has_distinct_list, subquery_of
 from eddies.errors import (
     QueryTypeError,
     UnknownColumnError,
@@ -72,8 +72,7 @@ def subquery_refs(block: QueryBlock) -> list[SubqueryRef]:
                     f"{key.rstrip('_').upper()} in a [NOT] IN / EXISTS subquery is not "
                     f"supported (one table with WHERE): {describe(select)}"
                 )
-        distinct = select.args.get("distinct")
-        if distinct is not None and distinct.expressions:
+        if has_distinct_list(select):
             raise UnsupportedQueryError(f"DISTINCT ON is not supported: {describe(select)}")
         source = select.args["from_"].this
         if not isinstance(source, exp.Table) or not isinstance(source.this, exp.Identifier):

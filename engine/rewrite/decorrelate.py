@@ -256,7 +256,48 @@ def _rewrite(
     tables: Any,
     fresh: Callable[[str], str],
 ) -> Correlation:
+    """Replace the correlated scalar subquery ``sub`` of ``select`` by the value of a
+    derived table joined to the block (the module docstring's rules); the Correlation
+    made. UnsupportedQueryError for a shape the docstring refuses."""
     place = _clause(sub, select)
+    query = _checked_subquery(sub, place, outer_list)
+    outer = {id(c) for c in outer_list}
+    keep, on_only, correlated = _split_where(query, outer)
+    joins = [j.copy() for j in query.args.get("joins") or []]
+    pairs = [_key_pair(c, outer) for c in correlated]
+    if all(p is not None for p in pairs):
+        keys = [p for p in pairs if p is not None]
+    else:  # not only equalities: correlate through the outer values' domain
+        keys = _domain(select, correlated, outer, keep, joins, fresh)
+
+    alias = fresh("sq")
+    value = query.expressions[0].unalias()  # rewritten in place: the subquery is replaced below
+    derived = exp.Select()
+    derived.set("from_", query.args["from_"].copy())
+    derived.set("joins", joins)
+    if keep:
+        derived = derived.where(exp.and_(*[c.copy() for c in keep]), copy=False)
+    key_items = [exp.alias_(inner.copy(), f"__k{i}") for i, (inner, _, _) in enumerate(keys)]
+    aggregates = _aggregates(value)
+    if aggregates:
+        derived, replacement_value = _aggregated(
+            query, derived, key_items, value, aggregates, outer, alias, sub
+        )
+    else:
+        derived, replacement_value = _single_row(query, derived, key_items, value, outer, alias)
+
+    join = _join(derived, alias, keys, on_only)
+    per_row = _within(sub, exp.AggFunc | exp.Filter, select)  # an aggregate's argument
+    if place == "expressions" and _aggregating(select) and not per_row:
+        _group_by_keys(select, sub, outer_list, replacement_value, alias)
+    sub.replace(exp.paren(replacement_value, copy=False))
+    select.append("joins", join)
+    return Correlation(alias, [outer_side for _, outer_side, _ in keys], join)
+
+
+def _checked_subquery(sub: exp.Subquery, place: str, outer_list: list[exp.Column]) -> exp.Select:
+    """``sub``'s SELECT, once its place in the block (``place``, :func:`_clause`) and its
+    shape are ones the rewrite takes; else the UnsupportedQueryError naming what is not."""
     if place not in ("expressions", "where"):
         where = _CLAUSE_NAMES.get(place, place.rstrip("_").upper())
         raise _refuse(f"in {where} is not supported (only in the SELECT list and WHERE)", sub)
@@ -286,11 +327,16 @@ def _rewrite(
         for part in value if isinstance(value, list) else [value] if value else []:
             if _reads(part, outer)[0]:
                 raise _refuse("reading the outer query in its FROM or ON is not supported", part)
+    return query
 
-    # WHERE: uncorrelated conjuncts stay, equalities become keys, outer-only ones go to ON
+
+def _split_where(
+    query: exp.Select, outer: set[int]
+) -> tuple[list[exp.Expression], list[exp.Expression], list[exp.Expression]]:
+    """``query``'s WHERE conjuncts as (uncorrelated: they stay, over the outer row only:
+    they go to the join's ON, correlated: they become keys)."""
     where = query.args.get("where")
     keep: list[exp.Expression] = []
-    keys: list[tuple[exp.Expression, exp.Expression, type]] = []
     on_only: list[exp.Expression] = []
     correlated: list[exp.Expression] = []
     for conjunct in conjuncts_of(where.this) if where is not None else []:
@@ -301,69 +347,67 @@ def _rewrite(
             on_only.append(conjunct)
         else:
             correlated.append(conjunct)
-    pairs = [_key_pair(c, outer) for c in correlated]
-    joins = [j.copy() for j in query.args.get("joins") or []]
-    if all(p is not None for p in pairs):
-        keys = [p for p in pairs if p is not None]
-    else:  # not only equalities: correlate through the outer values' domain
-        keys = _domain(select, correlated, outer, keep, joins, fresh)
+    return keep, on_only, correlated
 
-    alias = fresh("sq")
-    item = query.expressions[0]
-    value = item.unalias()  # rewritten in place: the subquery is replaced below
-    derived = exp.Select()
-    derived.set("from_", query.args["from_"].copy())
-    derived.set("joins", joins)
-    if keep:
-        derived = derived.where(exp.and_(*[c.copy() for c in keep]), copy=False)
-    key_items = [exp.alias_(inner.copy(), f"__k{i}") for i, (inner, _, _) in enumerate(keys)]
-    aggregates = _aggregates(value)
-    if aggregates:
-        if any(query.args.get(k) for k in ("order", "limit", "offset", "distinct")):
-            raise _refuse(
-                "with an aggregate and ORDER BY, LIMIT, OFFSET or DISTINCT is not supported", sub
-            )
-        items = list(key_items)
-        for j, agg in enumerate(aggregates):
-            if _reads(agg, outer)[0]:
-                raise _refuse("with an outer column inside an aggregate is not supported", agg)
-            items.append(exp.alias_(agg.copy(), f"__a{j}"))
-            column = exp.column(f"__a{j}", table=alias)
-            inner_agg = agg
-            while isinstance(inner_agg, exp.Filter | exp.IgnoreNulls):
-                inner_agg = inner_agg.this
-            replacement: exp.Expression = column
-            if isinstance(inner_agg, _ZERO_OVER_NO_ROWS):
-                replacement = exp.func("coalesce", column, exp.Literal.number(0))
-            if agg is value:
-                value = replacement
-            else:
-                agg.replace(replacement)
-        for column in value.find_all(exp.Column):
-            if id(column) not in outer and column.table != alias:
-                raise _refuse(f"reads {column.sql(dialect='duckdb')} outside an aggregate", sub)
-        derived.set("expressions", items)
-        if keys:
-            derived.set("group", exp.Group(expressions=[k.copy() for k, _, _ in keys]))
-        replacement_value = value
-    else:
-        derived, replacement_value = _single_row(query, derived, key_items, value, outer, alias)
 
+def _aggregated(
+    query: exp.Select,
+    derived: exp.Select,
+    key_items: list[exp.Expression],
+    value: exp.Expression,
+    aggregates: list[exp.Expression],
+    outer: set[int],
+    alias: str,
+    sub: exp.Subquery,
+) -> tuple[exp.Select, exp.Expression]:
+    """The derived table and outer expression for a subquery with aggregates: one row
+    per key, each aggregate as ``__a<j>`` (a count read as ``coalesce(__a<j>, 0)``: the
+    COUNT bug), the rest of ``value`` evaluated in the outer block."""
+    if any(query.args.get(k) for k in ("order", "limit", "offset", "distinct")):
+        raise _refuse(
+            "with an aggregate and ORDER BY, LIMIT, OFFSET or DISTINCT is not supported", sub
+        )
+    items = list(key_items)
+    for j, agg in enumerate(aggregates):
+        if _reads(agg, outer)[0]:
+            raise _refuse("with an outer column inside an aggregate is not supported", agg)
+        items.append(exp.alias_(agg.copy(), f"__a{j}"))
+        column = exp.column(f"__a{j}", table=alias)
+        inner_agg = agg
+        while isinstance(inner_agg, exp.Filter | exp.IgnoreNulls):
+            inner_agg = inner_agg.this
+        replacement: exp.Expression = column
+        if isinstance(inner_agg, _ZERO_OVER_NO_ROWS):
+            replacement = exp.func("coalesce", column, exp.Literal.number(0))
+        if agg is value:
+            value = replacement
+        else:
+            agg.replace(replacement)
+    for column in value.find_all(exp.Column):
+        if id(column) not in outer and column.table != alias:
+            raise _refuse(f"reads {column.sql(dialect='duckdb')} outside an aggregate", sub)
+    derived.set("expressions", items)
+    if key_items:
+        derived.set("group", exp.Group(expressions=[k.this.copy() for k in key_items]))
+    return derived, value
+
+
+def _join(
+    derived: exp.Select,
+    alias: str,
+    keys: list[tuple[exp.Expression, exp.Expression, type]],
+    on_only: list[exp.Expression],
+) -> exp.Join:
+    """``derived`` as ``alias``, LEFT JOINed on its keys ``__k<i>`` and the conjuncts over
+    the outer row only; CROSS JOINed when there are none."""
     table = exp.Subquery(this=derived, alias=exp.TableAlias(this=exp.to_identifier(alias)))
     conditions = [
         kind(this=exp.column(f"__k{i}", table=alias), expression=outer_side.copy())
         for i, (_, outer_side, kind) in enumerate(keys)
     ] + [c.copy() for c in on_only]
     if conditions:
-        join = exp.Join(this=table, side="LEFT", on=exp.and_(*conditions))
-    else:
-        join = exp.Join(this=table, kind="CROSS")
-    per_row = _within(sub, exp.AggFunc | exp.Filter, select)  # an aggregate's argument
-    if place == "expressions" and _aggregating(select) and not per_row:
-        _group_by_keys(select, sub, outer_list, replacement_value, alias)
-    sub.replace(exp.paren(replacement_value, copy=False))
-    select.append("joins", join)
-    return Correlation(alias, [outer_side for _, outer_side, _ in keys], join)
+        return exp.Join(this=table, side="LEFT", on=exp.and_(*conditions))
+    return exp.Join(this=table, kind="CROSS")
 
 
 #: Operators whose result is NULL when an operand is NULL (a WHERE term of them drops it).

@@ -193,7 +193,7 @@ class DurableState:
             stats = record.aggregate_stats
             for name, value in stats.items():
                 setattr(aggregate.stats, name, value)
-            aggregate._state = record.aggregate
+            aggregate.restore(record.aggregate)
             event_times.max_us.update(aggregate.stats.max_event_us)
 
     def attach(self, points: CommitPoints) -> None:
@@ -237,7 +237,7 @@ class DurableState:
         seq, self._next_seq = self._next_seq, self._next_seq + 1
         record = Record(seq, tags, stems, ids)
         if aggregate is not None:
-            record.aggregate = aggregate._state
+            record.aggregate = aggregate.snapshot()
             stats = dataclasses.asdict(aggregate.stats)
             stats.pop("output_mode")
             record.aggregate_stats = stats

@@ -53,21 +53,20 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from eddies.engine.above.finalize import (
-    Finalizer,
-    _aggregate_input,
-    _distinct,
-    _group_value,
-    _sort,
+from eddies.engine.above.finalize import Finalizer
+from eddies.engine.above.relational import (
+    distinct_and_ordered,
     explode_windows,
     narrow_sums,
+    pre_aggregate,
+    select_groups,
     widen_risky_sums,
 )
 from eddies.engine.expr.compile import HopWindow, TimeBucket, floor_us
 from eddies.engine.options import RunOptions
 from eddies.engine.plan.planner import FinalizeSpec, Plan
 from eddies.errors import EddiesError, UnsupportedQueryError
-from eddies.router.expressions import Call, ColumnRef, evaluate_async, mask_of
+from eddies.router.expressions import Call, ColumnRef
 from eddies.sources.decimal_float import as_double
 
 #: Pre-aggregate rows buffered before they are folded into the state (bounds the buffer).
@@ -292,6 +291,19 @@ class StreamingAggregate(Finalizer):
         self._buffered = 0
         self._state: pa.Table | None = None  # __g<i>, partial-state columns, __changed
 
+    # ------------------------------------------------------------- checkpoints
+    def snapshot(self) -> pa.Table | None:
+        """The per-group partial states (``__g<i>`` keys, ``__s<j>`` / ``__c<j>`` /
+        ``__n<j>`` states, ``__changed``), None before any row was folded in: what a
+        checkpoint keeps (engine/streaming/durable.py). Arrow tables are immutable, so
+        the state is shared, not copied."""
+        return self._state
+
+    def restore(self, state: pa.Table | None) -> None:
+        """Start again from ``state``, a :meth:`snapshot` of an earlier run of the same
+        query (before the query starts; the stats are restored by the caller)."""
+        self._state = state
+
     # ------------------------------------------------------------------ input
     async def push(self, batch: pa.RecordBatch) -> list[pa.RecordBatch]:
         spec = self.spec
@@ -304,11 +316,7 @@ class StreamingAggregate(Finalizer):
         names += [f"__a{j}" for j in range(len(spec.aggregates))]
         pre = explode_windows(await self._project(exprs, env, n, names), spec.group)
         n = pre.num_rows
-        columns = [_group_value(c) for c in pre.columns[: len(spec.group)]]
-        columns += [
-            _aggregate_input(c, a.function)
-            for c, a in zip(pre.columns[len(spec.group) :], spec.aggregates, strict=True)
-        ]
+        columns = pre_aggregate(pre, len(spec.group), [a.function for a in spec.aggregates])
         self._buffer.append(pa.RecordBatch.from_arrays(columns, names=names))
         self._buffered += n
         if self._buffered >= FLUSH_ROWS:
@@ -483,25 +491,12 @@ class StreamingAggregate(Finalizer):
                 has_nan = pc.fill_null(state.column(f"__n{j}").combine_chunks(), False)
                 value = pc.if_else(has_nan, pa.scalar(float("nan"), value.type), value)
             env[f"__a{j}"] = value
-        n = state.num_rows
-        if spec.having is not None:
-            keep = mask_of(await evaluate_async(spec.having, env, n))
-            env = {k: v.filter(keep) for k, v in env.items()}
-            n = int(keep.sum())
-        exprs = spec.select + [o[0] for o in spec.order]
-        columns = [await evaluate_async(e, env, n) for e in exprs]
+        columns, n = await select_groups(spec, env, state.num_rows)
         columns = [
             c if isinstance(c, pa.Array | pa.ChunkedArray) else pa.array([c.as_py()] * n, c.type)
             for c in columns
         ]
-        table = pa.table({f"c{i}": c for i, c in enumerate(columns)})
-        if spec.distinct:
-            table = _distinct(table)
-        if spec.order:
-            first = len(spec.select)
-            keys = [(f"c{first + i}", d, nf) for i, (_, d, nf) in enumerate(spec.order)]
-            table = _sort(table, keys)
-        table = table.select([f"c{i}" for i in range(len(spec.select))])
+        table = distinct_and_ordered(pa.table({f"c{i}": c for i, c in enumerate(columns)}), spec)
         if spec.limit is not None or spec.offset:
             table = table.slice(spec.offset, spec.limit)
         if table.num_rows == 0:
