@@ -43,7 +43,7 @@ import trio
 from sqlglot import exp
 
 from eddies.engine.above.finalize import Finalizer
-from eddies.engine.api import _unwrap, execute
+from eddies.engine.api import execute, unwrap_exception_group
 from eddies.engine.catalog import Catalog, CatalogTable
 from eddies.engine.execution.run import run_plan, seed_scheduler
 from eddies.engine.options import RunOptions
@@ -450,7 +450,7 @@ async def _eddy_rows(plan: Plan, options: RunOptions) -> list[pa.RecordBatch]:
             async with receive:
                 batches = [b async for b in receive]
     except BaseExceptionGroup as group:
-        raise _unwrap(group) from None
+        raise unwrap_exception_group(group) from None
     return batches
 
 
