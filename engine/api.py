@@ -177,8 +177,10 @@ class QueryResults:
         self.exhausted = True
 
 
-def _unwrap(group: BaseExceptionGroup) -> BaseException:
-    """The single real error inside trio's exception groups, if there is one."""
+def unwrap_exception_group(group: BaseExceptionGroup) -> BaseException:
+    """The single real error inside trio's exception groups (nested groups searched,
+    ``trio.Cancelled`` left out), if there is exactly one; else ``group`` itself. Lets
+    a query raise its own error, not the nursery's group around it."""
     leaves: list[BaseException] = []
 
     def collect(exc: BaseException) -> None:
@@ -231,7 +233,7 @@ async def open_query(
             async with open_composite(root, catalog, options, _open_eddy) as results:
                 yield results
         except BaseExceptionGroup as group:
-            raise _unwrap(group) from None
+            raise unwrap_exception_group(group) from None
         return
     async with _open_eddy(sql, catalog, options=options) as results:
         yield results
@@ -290,7 +292,7 @@ async def _open_eddy(
                 for table in event_times.columns:
                     plan.tables[table].stream.on_take = None
     except BaseExceptionGroup as group:
-        raise _unwrap(group) from None
+        raise unwrap_exception_group(group) from None
     if informing:
         log.info("query finished", rows=stats.rows_out, seconds=round(stats.elapsed_seconds, 4))
 

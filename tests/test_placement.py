@@ -126,7 +126,7 @@ from eddies.engine.spark.executors import (  # noqa: E402
     _unipc,
     make_task,
 )
-from eddies.engine.spark.partitioned import BUCKET, INPUT  # noqa: E402
+from eddies.engine.spark.shuffle import BUCKET, INPUT  # noqa: E402
 
 RUNS = [(p, 7) for p in ("lottery", "rank", "bandit", "random", "static")]
 RUNS += [("lottery", 1), ("lottery", None)]

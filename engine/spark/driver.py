@@ -44,6 +44,7 @@ import structlog
 
 from eddies.engine.catalog import Catalog
 from eddies.engine.options import RunOptions, check_timeout
+from eddies.engine.spark.arrow_schema import arrow_schema
 from eddies.engine.streaming.sinks import Sink
 from eddies.engine.streaming.thread_runner import BackgroundQuery
 from eddies.errors import DataSourceError, EddiesError
@@ -51,7 +52,9 @@ from eddies.modules.window import Window
 from eddies.sources.stream import StreamTable
 
 if TYPE_CHECKING:
+    from eddies.engine.plan.planner import Plan
     from eddies.engine.spark.executors import ExecutorsAttachment
+    from eddies.engine.streaming.incremental import StreamingPlan
 
 log = structlog.get_logger("eddies.spark")
 
@@ -187,15 +190,6 @@ class SparkAttachment:
         return self.query.result(timeout)
 
 
-def arrow_schema(frame: Any) -> pa.Schema:
-    """The Arrow schema of a Spark DataFrame, as ``DataFrame.toArrow`` produces it
-    (timestamps in the session's time zone)."""
-    from pyspark.sql.pandas.types import to_arrow_schema
-
-    timezone = frame.sparkSession.conf.get("spark.sql.session.timeZone")
-    return to_arrow_schema(frame.schema, timezone=timezone)
-
-
 def attach(
     sql: str,
     catalog: Catalog,
@@ -253,29 +247,87 @@ def attach(
         raise EddiesError("attach() needs at least one streaming DataFrame")
     if placement not in PLACEMENTS:
         raise EddiesError(f"placement must be one of {PLACEMENTS}, got {placement!r}")
+    alike = dict(  # what both placements take as they are
+        checkpoint_location=checkpoint_location,
+        trigger=trigger,
+        sink=sink,
+        windows=windows,
+        query_name=query_name,
+        on_micro_batch=on_micro_batch,
+    )
     if placement == "executors":
         from eddies.engine.spark.executors import attach_executors
 
-        for name, frame in streams.items():
-            if not getattr(frame, "isStreaming", False):
-                raise DataSourceError(f"stream {name!r}: not a streaming DataFrame (readStream)")
-        if durable_state is False:
-            raise EddiesError(
-                "placement='executors' keeps its state in Spark's state store, always "
-                "checkpointed under checkpoint_location; durable_state=False does not apply"
-            )
-        return attach_executors(
-            sql,
-            catalog,
-            streams,
-            checkpoint_location=checkpoint_location,
+        _check_executors_arguments(streams, durable_state)
+        return attach_executors(sql, catalog, streams, options=options, **alike)
+    return _attach_on_driver(sql, catalog, streams, durable_state, options, **alike)
+
+
+def _attach_on_driver(
+    sql: str,
+    catalog: Catalog,
+    streams: Mapping[str, Any],
+    durable_state: bool | None,
+    options: RunOptions,
+    *,
+    checkpoint_location: str | Path,
+    trigger: dict[str, Any] | None,
+    sink: Sink | None,
+    windows: Mapping[str, Window] | None,
+    query_name: str | None,
+    on_micro_batch: Callable[[MicroBatch], Any] | None,
+) -> SparkAttachment:
+    """``attach(..., placement="driver")``: one eddy on the driver (a BackgroundQuery),
+    fed by a ``foreachBatch`` Spark query per stream; arguments as :func:`attach`."""
+    tables = _stream_tables(catalog, streams, windows)
+    from eddies.engine.plan.planner import plan_query
+    from eddies.engine.streaming.incremental import plan_streaming
+
+    # A bad query, or an output mode that does not fit it, fails here, before Spark starts.
+    plan = plan_query(sql, catalog)
+    streaming = plan_streaming(plan, options)
+    root = Path(checkpoint_location)
+    options = _with_durable_state(plan, streaming, options, durable_state, root / STATE_FOLDER)
+    query = BackgroundQuery(sql, catalog, sink=sink, options=options)
+    attachment = SparkAttachment(query, tables, on_micro_batch)
+    attachment.durable = options.checkpoint is not None
+    for name, frame in streams.items():
+        attachment.streaming_queries[name] = start_foreach_batch(
+            frame,
+            attachment.callback(name),
+            checkpoint=root / name,
             trigger=trigger,
-            sink=sink,
-            windows=windows,
-            query_name=query_name,
-            on_micro_batch=on_micro_batch,
-            options=options,
+            query_name=f"{query_name or 'eddies'}-{name}",
         )
+    log.info(
+        "attached to Spark",
+        streams=list(streams),
+        checkpoint=str(root),
+        durable_state=attachment.durable,
+    )
+    return attachment
+
+
+def _check_executors_arguments(streams: Mapping[str, Any], durable_state: bool | None) -> None:
+    """Refuse what ``placement="executors"`` cannot take: a static DataFrame, or
+    ``durable_state=False`` (its state is always in Spark's checkpointed state store)."""
+    for name, frame in streams.items():
+        if not getattr(frame, "isStreaming", False):
+            raise DataSourceError(f"stream {name!r}: not a streaming DataFrame (readStream)")
+    if durable_state is False:
+        raise EddiesError(
+            "placement='executors' keeps its state in Spark's state store, always "
+            "checkpointed under checkpoint_location; durable_state=False does not apply"
+        )
+
+
+def _stream_tables(
+    catalog: Catalog, streams: Mapping[str, Any], windows: Mapping[str, Window] | None
+) -> dict[str, StreamTable]:
+    """The stream table of each streaming DataFrame: the catalog's own one of that name,
+    or a new one (its schema from Spark's, its window from ``windows``). Raises
+    EddiesError for windows of other tables or the state folder's name, DataSourceError
+    for a static DataFrame or a name that is a static table."""
     windows = dict(windows or {})
     unknown = set(windows) - set(streams)
     if unknown:
@@ -295,44 +347,61 @@ def attach(
             tables[name] = existing
         else:
             tables[name] = catalog.add_stream(name, arrow_schema(frame), window=windows.get(name))
-    from eddies.engine.plan.planner import plan_query
-    from eddies.engine.streaming.incremental import plan_streaming
+    return tables
 
-    # A bad query, or an output mode that does not fit it, fails here, before Spark starts.
-    plan = plan_query(sql, catalog)
-    streaming = plan_streaming(plan, options)
-    root = Path(checkpoint_location)
+
+def _with_durable_state(
+    plan: Plan,
+    streaming: StreamingPlan | None,
+    options: RunOptions,
+    durable_state: bool | None,
+    folder: Path,
+) -> RunOptions:
+    """``options`` checkpointing the eddy's state in ``folder`` when ``durable_state``
+    asks for it and the query's state can be checkpointed (see :func:`attach`); raises
+    EddiesError for a bad ``durable_state`` or, with True, a state that cannot be."""
     if durable_state is not None and not isinstance(durable_state, bool):
         raise EddiesError(f"durable_state must be True, False or None, got {durable_state!r}")
-    if options.checkpoint is None and durable_state is not False:
-        from eddies.engine.streaming.durable import check_durable
+    if options.checkpoint is not None or durable_state is False:
+        return options
+    from eddies.engine.streaming.durable import check_durable
 
-        try:
-            check_durable(plan, streaming)
-        except EddiesError as exc:
-            if durable_state:
-                raise
-            log.warning("eddy state not checkpointed (in memory only)", reason=str(exc))
-        else:
-            options = dataclasses.replace(options, checkpoint=str(root / STATE_FOLDER))
-    query = BackgroundQuery(sql, catalog, sink=sink, options=options)
-    attachment = SparkAttachment(query, tables, on_micro_batch)
-    attachment.durable = options.checkpoint is not None
-    for name, frame in streams.items():
-        writer = frame.writeStream.foreachBatch(attachment.callback(name)).option(
-            "checkpointLocation", str(root / name)
-        )
-        if trigger:
-            writer = writer.trigger(**trigger)
-        writer = writer.queryName(f"{query_name or 'eddies'}-{name}")
-        attachment.streaming_queries[name] = writer.start()
-    log.info(
-        "attached to Spark",
-        streams=list(streams),
-        checkpoint=str(root),
-        durable_state=attachment.durable,
-    )
-    return attachment
+    try:
+        check_durable(plan, streaming)
+    except EddiesError as exc:
+        if durable_state:
+            raise
+        log.warning("eddy state not checkpointed (in memory only)", reason=str(exc))
+        return options
+    return dataclasses.replace(options, checkpoint=str(folder))
+
+
+def start_foreach_batch(
+    frame: Any,
+    fn: Callable[[Any, int], None],
+    *,
+    checkpoint: str | Path,
+    trigger: dict[str, Any] | None = None,
+    query_name: str | None = None,
+    output_mode: str | None = None,
+) -> Any:
+    """Start ``frame.writeStream.foreachBatch(fn)``: Spark calls ``fn(batch_df,
+    batch_id)`` per micro-batch; returns the ``pyspark.sql.streaming.StreamingQuery``.
+
+    checkpoint: Spark's checkpoint folder for this query (what lets Spark resume, and
+    replay, by ``batch_id``); trigger: keyword arguments for
+    ``DataStreamWriter.trigger`` (None: Spark's default); query_name / output_mode:
+    Spark's, when given.
+    """
+    writer = frame.writeStream.foreachBatch(fn)
+    if output_mode:
+        writer = writer.outputMode(output_mode)
+    writer = writer.option("checkpointLocation", str(checkpoint))
+    if query_name:
+        writer = writer.queryName(query_name)
+    if trigger:
+        writer = writer.trigger(**trigger)
+    return writer.start()
 
 
 def feed_stream(
@@ -357,11 +426,10 @@ def feed_stream(
     def push(batch_df: Any, batch_id: int) -> None:
         stream.push(batch_df.toArrow(), (stream.name, int(batch_id)))
 
-    writer = streaming_df.writeStream.foreachBatch(push).option(
-        "checkpointLocation", checkpoint_location
+    return start_foreach_batch(
+        streaming_df,
+        push,
+        checkpoint=checkpoint_location,
+        trigger=trigger,
+        query_name=query_name,
     )
-    if trigger:
-        writer = writer.trigger(**trigger)
-    if query_name:
-        writer = writer.queryName(query_name)
-    return writer.start()

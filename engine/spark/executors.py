@@ -11,13 +11,14 @@ its routing to its own piece. Three kinds of query are placed, decided by
 * ``"map"`` — one stream joined with static tables and lookup tables (index AMs, web
   sources): ``mapInArrow`` over the micro-batch, one eddy per Spark partition. Static
   tables are shipped with the function (broadcast); lookups go through a cache per
-  Python worker process (:data:`LOOKUP_CACHE_ENTRIES` bind values per lookup table,
-  oldest dropped first), kept across micro-batches, so a key is looked up once per
-  worker process, not once per micro-batch. No state: Spark's replay of a micro-batch
-  recomputes it (lookups answered from the cache where the worker still has them).
+  Python worker process (:data:`~eddies.engine.spark.lookup_cache.LOOKUP_CACHE_ENTRIES`
+  bind values per lookup table, oldest dropped first), kept across micro-batches, so a
+  key is looked up once per worker process, not once per micro-batch. No state: Spark's
+  replay of a micro-batch recomputes it (lookups answered from the cache where the
+  worker still has them).
 * ``"join"`` — a join of several stream aliases (select-project-join): each stream's rows
   are hashed on the equivalence class of join columns that ties all of them into
-  :data:`~eddies.engine.spark.partitioned.BUCKET`, packed into Arrow IPC per bucket
+  :data:`~eddies.engine.spark.shuffle.BUCKET`, packed into Arrow IPC per bucket
   (``mapInArrow``), and ``groupBy(bucket).applyInPandasWithState`` keeps, per bucket, every
   row seen so far in Spark's state store (one Arrow IPC value per bucket). Per micro-batch
   the bucket's eddy runs over old and new rows with the extra predicate "at least one
@@ -47,7 +48,6 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator, Mapping
-from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -63,27 +63,28 @@ from sqlglot import exp
 from eddies.engine.api import execute
 from eddies.engine.catalog import Catalog
 from eddies.engine.options import RunOptions, check_timeout
-from eddies.engine.plan.planner import FinalizeSpec, plan_query
+from eddies.engine.plan.planner import FinalizeSpec, Plan, plan_query
 from eddies.engine.runtime.precise_clock import run_clock
-from eddies.engine.spark.partitioned import (
-    BUCKET,
-    INPUT,
-    PartitionPlan,
-    _analyze,
-    _Broadcast,
-    _eddy_rows,
-    _PlanningCatalog,
-    _quoted,
-    _shippable,
-    _spark_schema,
-    add_broadcasts,
+from eddies.engine.spark.arrow_schema import (
+    arrow_schema,
+    cast_columns,
+    positional_schema,
+    spark_schema,
 )
-from eddies.engine.streaming.incremental import AggregateStats, StreamingAggregate, StreamingPlan
+from eddies.engine.spark.driver import start_foreach_batch
+from eddies.engine.spark.map_in_arrow import eddy_batches, map_in_arrow
+from eddies.engine.spark.partitioned import PartitionPlan, analyze_plan_partitioning
+from eddies.engine.spark.shuffle import BUCKET, INPUT, hashed_union, input_rows, projected
+from eddies.engine.spark.task_catalog import ShippedTables, planning_catalog, ship_tables
+from eddies.engine.streaming.incremental import (
+    AggregateStats,
+    StreamingAggregate,
+    StreamingPlan,
+    plan_streaming,
+)
 from eddies.engine.streaming.sinks import FINAL, Sink
 from eddies.errors import EddiesError, UnsupportedQueryError
-from eddies.router.expressions import FunctionSpec
 from eddies.sources.arrow_source import conform, plain_schema
-from eddies.sources.index_access import IndexAccess
 
 log = structlog.get_logger("eddies.spark.executors")
 
@@ -91,10 +92,6 @@ log = structlog.get_logger("eddies.spark.executors")
 EXECUTORS_FOLDER = "_eddies_executors"
 #: Column marking a stream row of the current micro-batch in a bucket's eddy.
 NEW = "_eddies_new"
-#: Bind values cached per lookup table per Python worker process.
-LOOKUP_CACHE_ENTRIES = 100_000
-#: Per Python worker process: (query id, index AM name) -> bind values -> looked-up rows.
-_LOOKUP_CACHES: dict[tuple[str, str], dict[tuple, Any]] = {}
 
 
 # ---------------------------------------------------------------------------------------
@@ -143,66 +140,24 @@ def analyze_placement(
     cache) and UDFs. Raises the planner's EddiesError for a bad query and
     UnsupportedQueryError naming why a query cannot be placed on executors.
     """
-    from eddies.engine.streaming.incremental import plan_streaming
-
-    if windows:
-        raise _refuse(
-            "windows are not placed on executors: a window's expiry follows one global "
-            "arrival order of the stream, and executors see pieces of it"
-        )
-    if options.watermarks:
-        raise _refuse(
-            "watermarks are not placed on executors: the query's watermark is the minimum "
-            "over every stream's largest event time, which no single bucket sees"
-        )
-    if options.checkpoint is not None:
-        raise EddiesError(
-            "placement='executors' keeps its state in Spark's state store under "
-            "checkpoint_location; checkpoint= is for the driver placement"
-        )
+    _check_settings(windows, options)
     schemas = {name.lower(): plain_schema(schema) for name, schema in streams.items()}
-    scratch = Catalog()
-    for name, schema in schemas.items():
-        scratch.add_stream(name, schema)
-    planning = _PlanningCatalog(catalog, {n: scratch.table(n) for n in schemas})
+    planning = planning_catalog(catalog, schemas, streams=True)
     plan = plan_query(sql, planning)  # type: ignore[arg-type]
     streaming = plan_streaming(plan, options)
-    graph = plan.graph
-    if graph.steps:
+    if plan.graph.steps:
         raise _refuse("outer joins and [NOT] IN / [NOT] EXISTS over streams are not placed")
-    used = {a.table for a in graph.aliases}
-    lookups, static = [], []
-    for table in sorted(used - set(schemas)):
-        entry = catalog.table(table)
-        if entry.indexes and entry.scans:
-            raise _refuse(
-                f"table {table!r} is read by an index AM and a scan; only an index-only "
-                "table (add_index, a web source with scan=False) is looked up on executors"
-            )
-        (lookups if entry.indexes else static).append(table)
-    stream_aliases = [a for a in graph.aliases if a.table in schemas]
-    partition = _analyze(sql, plan, catalog, schemas)
+    static, lookups = _static_and_lookup_tables(catalog, plan, schemas)
+    partition = analyze_plan_partitioning(sql, plan, catalog, schemas)
     spec = plan.finalize
     common = dict(
         partition=partition,
-        broadcast=tuple(static),
-        lookups=tuple(lookups),
+        broadcast=static,
+        lookups=lookups,
         result_schema=spec.schema,
     )
     if spec.group is not None:
-        if streaming is None or streaming.mode != "update":
-            mode = None if streaming is None else streaming.mode
-            raise _refuse(
-                f"an aggregate is placed with output_mode='update' only (got {mode!r}): "
-                "Spark calls a bucket's state function only when rows for it arrive, so "
-                "'complete' could not re-emit the other buckets' groups, and 'append' needs "
-                "a watermark"
-            )
-        if len(stream_aliases) != 1:
-            raise _refuse(
-                "an aggregate over a join of several stream aliases is not placed (its "
-                "join state and its groups would need two keyed state stores)"
-            )
+        _check_aggregate(plan, streaming, schemas)
         return ExecutorPlan(
             "aggregate",
             "aggregate over one stream: partial states per partition, merged per "
@@ -226,17 +181,80 @@ def analyze_placement(
         )
     if partition.strategy != "hash":
         raise _refuse(f"the stream aliases cannot be partitioned: {partition.reason}")
-    aliases = [a for one in partition.inputs for a in one.aliases]
-    root = _parse(partition.sql)
-    newer = exp.or_(*[exp.column(NEW, table=a, quoted=True) for a in aliases])
-    root = root.where(exp.paren(newer), copy=False)
     return ExecutorPlan(
         "join",
         f"stream-stream join: {partition.reason}; per bucket, all rows so far in Spark's "
         "state store",
-        sql=root.sql(dialect="duckdb"),
+        sql=_new_rows_only(partition),
         **common,  # type: ignore[arg-type]
     )
+
+
+def _check_settings(windows: Mapping[str, Any] | None, options: RunOptions) -> None:
+    """Refuse the settings no bucket's eddy can honour alone (windows, watermarks) and
+    a driver-side checkpoint."""
+    if windows:
+        raise _refuse(
+            "windows are not placed on executors: a window's expiry follows one global "
+            "arrival order of the stream, and executors see pieces of it"
+        )
+    if options.watermarks:
+        raise _refuse(
+            "watermarks are not placed on executors: the query's watermark is the minimum "
+            "over every stream's largest event time, which no single bucket sees"
+        )
+    if options.checkpoint is not None:
+        raise EddiesError(
+            "placement='executors' keeps its state in Spark's state store under "
+            "checkpoint_location; checkpoint= is for the driver placement"
+        )
+
+
+def _static_and_lookup_tables(
+    catalog: Catalog, plan: Plan, schemas: Mapping[str, pa.Schema]
+) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """The non-stream tables the query reads: those broadcast (scans) and those looked
+    up (index-only); refuses a table read by both an index AM and a scan."""
+    used = {a.table for a in plan.graph.aliases}
+    lookups, static = [], []
+    for table in sorted(used - set(schemas)):
+        entry = catalog.table(table)
+        if entry.indexes and entry.scans:
+            raise _refuse(
+                f"table {table!r} is read by an index AM and a scan; only an index-only "
+                "table (add_index, a web source with scan=False) is looked up on executors"
+            )
+        (lookups if entry.indexes else static).append(table)
+    return tuple(static), tuple(lookups)
+
+
+def _check_aggregate(
+    plan: Plan, streaming: StreamingPlan | None, schemas: Mapping[str, pa.Schema]
+) -> None:
+    """Refuse an aggregate the executors cannot keep: another output mode than update,
+    or one over a join of several stream aliases."""
+    if streaming is None or streaming.mode != "update":
+        mode = None if streaming is None else streaming.mode
+        raise _refuse(
+            f"an aggregate is placed with output_mode='update' only (got {mode!r}): "
+            "Spark calls a bucket's state function only when rows for it arrive, so "
+            "'complete' could not re-emit the other buckets' groups, and 'append' needs "
+            "a watermark"
+        )
+    if sum(a.table in schemas for a in plan.graph.aliases) != 1:
+        raise _refuse(
+            "an aggregate over a join of several stream aliases is not placed (its "
+            "join state and its groups would need two keyed state stores)"
+        )
+
+
+def _new_rows_only(partition: PartitionPlan) -> str:
+    """The join's query with the extra predicate "at least one tuple is new" (NEW)."""
+    aliases = [a for one in partition.inputs for a in one.aliases]
+    root = _parse(partition.sql)
+    newer = exp.or_(*[exp.column(NEW, table=a, quoted=True) for a in aliases])
+    root = root.where(exp.paren(newer), copy=False)
+    return root.sql(dialect="duckdb")
 
 
 def _parse(sql: str) -> exp.Expression:
@@ -252,24 +270,13 @@ def _parse(sql: str) -> exp.Expression:
 # What runs in an executor (everything here must pickle)
 
 
-@dataclass(frozen=True)
-class _Lookup:
-    name: str
-    schema: pa.Schema
-    key: tuple[str, ...] | None
-    access: IndexAccess
-
-
 @dataclass
 class _Task:
     """All an executor task needs, shipped with its function."""
 
-    query_id: str
     kind: str
     sql: str
-    broadcast: list[_Broadcast]
-    lookups: list[_Lookup]
-    functions: list[FunctionSpec]
+    tables: ShippedTables  # broadcast and lookup tables, UDFs, the query id
     inputs: list[tuple[str, pa.Schema]]  # shipped name, projected schema
     result_schema: pa.Schema
     out_schema: pa.Schema  # what Spark expects back from the map path
@@ -292,61 +299,6 @@ def _count(task: _Task, rows: int, seconds: float) -> None:
         task.seconds.add(seconds)
 
 
-def _cached(query_id: str, access: IndexAccess, lookup: Callable) -> Callable:
-    """``lookup`` answered from this worker process's cache where it can."""
-    cache = _LOOKUP_CACHES.setdefault((query_id, access.name), {})
-    on = access.on
-
-    async def cached(bind: dict) -> Any:
-        key = tuple(bind[c] for c in on)
-        if key in cache:
-            return cache[key]
-        rows = await lookup(bind)
-        if len(cache) >= LOOKUP_CACHE_ENTRIES:
-            cache.pop(next(iter(cache)))
-        cache[key] = rows
-        return rows
-
-    return cached
-
-
-def _cached_session(query_id: str, access: IndexAccess) -> Callable:
-    session = access.session
-    assert session is not None
-
-    @asynccontextmanager
-    async def opened():
-        async with session() as lookup:
-            yield _cached(query_id, access, lookup)
-
-    return opened
-
-
-def _task_catalog(task: _Task, slices: Mapping[str, pa.Table]) -> Catalog:
-    cat = Catalog()
-    add_broadcasts(cat, task.broadcast)
-    for one in task.lookups:
-        a = one.access
-        cat.add_index(
-            one.name,
-            one.schema,
-            on=a.on,
-            lookup=None if a.lookup is None else _cached(task.query_id, a, a.lookup),
-            session=None if a.session is None else _cached_session(task.query_id, a),
-            max_concurrency=a.max_concurrency,
-            timeout=a.timeout,
-            retries=a.retries,
-            backoff=a.backoff,
-            key=one.key,
-            access_name=a.name,
-        )
-    for name, _ in task.inputs:
-        cat.add_table(name, slices[name])
-    for f in task.functions:
-        cat.add_function(f.name, f.fn, vectorized=f.vectorized, return_type=f.return_type)
-    return cat
-
-
 def _ipc(table: pa.Table) -> bytes:
     sink = pa.BufferOutputStream()
     with pa.ipc.new_stream(sink, table.schema) as writer:
@@ -366,21 +318,14 @@ def _map_fn(task: _Task) -> Callable:
     """mapInArrow: one eddy over one partition of a micro-batch of the one stream."""
     ((name, schema),) = task.inputs
 
-    def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        rows = list(batches)
-        if not rows or not sum(b.num_rows for b in rows):
-            return
-        table = conform(pa.Table.from_batches(rows), schema, f"stream {name!r}")
+    def run(table: pa.Table) -> Iterator[pa.RecordBatch]:
         started = time.perf_counter()
-        result = execute(task.sql, _task_catalog(task, {name: table}), options=task.options)
+        result = execute(task.sql, task.tables.catalog({name: table}), options=task.options)
         _count(task, table.num_rows, time.perf_counter() - started)
         for batch in result.to_batches():
-            yield pa.RecordBatch.from_arrays(
-                [c.cast(f.type) for c, f in zip(batch.columns, task.out_schema, strict=True)],
-                schema=task.out_schema,
-            )
+            yield cast_columns(batch, task.out_schema)
 
-    return run
+    return map_in_arrow(run, schema, f"stream {name!r}")
 
 
 def _pack_fn(column: str, task: _Task | None = None) -> Callable:
@@ -388,11 +333,7 @@ def _pack_fn(column: str, task: _Task | None = None) -> Callable:
     ``task``: the input rows are counted, and rows with a NULL key (they never join) are
     dropped."""
 
-    def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        rows = [b for b in batches if b.num_rows]
-        if not rows:
-            return
-        table = pa.Table.from_batches(rows)
+    def run(table: pa.Table) -> Iterator[pa.RecordBatch]:
         if task is not None and task.key_columns is not None:
             _count(task, table.num_rows, 0.0)
             table = table.filter(pa.array(_joinable(table, task.key_columns)))
@@ -412,7 +353,7 @@ def _pack_fn(column: str, task: _Task | None = None) -> Callable:
             }
         )
 
-    return run
+    return map_in_arrow(run)
 
 
 #: Arrow types the join's hash types compare in (partitioned._hash_type's Spark names).
@@ -421,10 +362,7 @@ _KEY_TYPES = {"bigint": pa.int64(), "double": pa.float64(), "string": pa.string(
 
 def _input_rows(table: pa.Table, i: int, name: str, schema: pa.Schema) -> pa.Table:
     """Input ``i``'s rows of a packed bucket table (its struct column, where set)."""
-    column = table.column(f"{INPUT}{i}").combine_chunks()
-    rows = column.filter(column.is_valid())
-    part = pa.Table.from_arrays(rows.flatten(), names=[f.name for f in rows.type])
-    return conform(part, schema, f"stream {name!r}")
+    return conform(input_rows(table, i), schema, f"stream {name!r}")
 
 
 def _joinable(table: pa.Table, key_columns: list[tuple[str, ...]]) -> np.ndarray:
@@ -472,7 +410,7 @@ def _join_state_fn(task: _Task) -> Callable:
         if not any(t.num_rows for t in fresh) or any(t.num_rows == 0 for t in slices.values()):
             return
         started = time.perf_counter()
-        result = execute(task.sql, _task_catalog(task, slices), options=task.options)
+        result = execute(task.sql, task.tables.catalog(slices), options=task.options)
         _count(task, 0, time.perf_counter() - started)
         if result.num_rows:
             yield pd.DataFrame({"blob": [_ipc(result)]})
@@ -514,17 +452,13 @@ def _partials_fn(task: _Task) -> Callable:
     group-key bucket."""
     ((name, schema),) = task.inputs
 
-    def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        rows = [b for b in batches if b.num_rows]
-        if not rows:
-            return
-        table = conform(pa.Table.from_batches(rows), schema, f"stream {name!r}")
-        cat = _task_catalog(task, {name: table})
+    def run(table: pa.Table) -> Iterator[pa.RecordBatch]:
+        cat = task.tables.catalog({name: table})
         agg = _aggregate(task)
 
         async def main() -> pa.Table | None:
             plan = plan_query(task.sql, cat)
-            for batch in await _eddy_rows(plan, task.options):
+            for batch in await eddy_batches(plan, task.options):
                 await agg.push(batch)
             agg._flush()
             return agg._state
@@ -539,7 +473,7 @@ def _partials_fn(task: _Task) -> Callable:
         partial = partial.append_column(BUCKET, pa.array(column))
         yield from _pack_fn(BUCKET)([b for b in partial.to_batches()])
 
-    return run
+    return map_in_arrow(run, schema, f"stream {name!r}")
 
 
 def _aggregate_state_fn(task: _Task) -> Callable:
@@ -623,10 +557,7 @@ class ExecutorsAttachment:
             started = time.perf_counter()
             rows = batch_df.toArrow()
             if plan.kind == "map":
-                table = pa.Table.from_arrays(
-                    [c.cast(f.type) for c, f in zip(rows.columns, plan.result_schema, strict=True)],
-                    schema=plan.result_schema,
-                )
+                table = cast_columns(rows, plan.result_schema)
             else:
                 parts = [_unipc(b) for b in rows.column("blob").to_pylist()]
                 table = _conform_result(parts, plan.result_schema)
@@ -708,23 +639,8 @@ class ExecutorsAttachment:
 
 
 def _conform_result(parts: list[pa.Table], schema: pa.Schema) -> pa.Table:
-    tables = [
-        pa.Table.from_arrays(
-            [c.cast(f.type) for c, f in zip(t.columns, schema, strict=True)], schema=schema
-        )
-        for t in parts
-        if t.num_rows
-    ]
+    tables = [cast_columns(t, schema) for t in parts if t.num_rows]
     return pa.concat_tables(tables) if tables else schema.empty_table()
-
-
-def _lookups(catalog: Catalog, names: tuple[str, ...]) -> list[_Lookup]:
-    out = []
-    for name in names:
-        entry = catalog.table(name)
-        for access in entry.indexes:
-            out.append(_Lookup(name, entry.schema, entry.key, access))
-    return out
 
 
 def make_task(
@@ -743,18 +659,13 @@ def make_task(
     be shipped."""
     plain = {n.lower(): plain_schema(s) for n, s in schemas.items()}
     part = plan.partition
-    inputs = [
-        (i.name, pa.schema([plain[i.table].field(c) for c in i.project])) for i in part.inputs
-    ]
+    inputs = part.input_schemas(plain)
     if expected is None:
-        expected = pa.schema([pa.field(f"_c{i}", f.type) for i, f in enumerate(plan.result_schema)])
+        expected = positional_schema(plan.result_schema)
     return _Task(
-        uuid.uuid4().hex,
         plan.kind,
         plan.sql,
-        _shippable(catalog, plan.broadcast),
-        _lookups(catalog, plan.lookups),
-        list(catalog.functions.values()),
+        ship_tables(catalog, plan.broadcast, plan.lookups, uuid.uuid4().hex),
         inputs,
         plan.result_schema,
         expected,
@@ -784,61 +695,50 @@ def attach_executors(
     """``attach(..., placement="executors")`` (see :func:`eddies.engine.spark.attach` and
     the module doc). Raises UnsupportedQueryError for a query that cannot be placed, before
     any Spark query starts."""
-    from pyspark.sql import functions as F
-
-    from eddies.engine.spark.driver import arrow_schema
-
     frames = {name.lower(): df for name, df in streams.items()}
     schemas = {name: arrow_schema(df) for name, df in frames.items()}
     plan = analyze_placement(sql, catalog, schemas, options, windows=windows)
     spark = next(iter(frames.values())).sparkSession
     part = plan.partition
     buckets = int(spark.conf.get("spark.sql.shuffle.partitions"))
-    out_schema = pa.schema([pa.field(f"_c{i}", f.type) for i, f in enumerate(plan.result_schema)])
-    struct, expected = _spark_schema(spark, out_schema)
+    struct, expected = spark_schema(spark, positional_schema(plan.result_schema))
     task = make_task(plan, catalog, schemas, options, buckets, expected)
     task.rows = spark.sparkContext.accumulator(0)
     task.seconds = spark.sparkContext.accumulator(0.0)
     name = "-".join(i.table for i in part.inputs) if plan.kind == "join" else part.inputs[0].table
+    out = _placed_frame(plan, task, frames, struct)
+    attachment = ExecutorsAttachment(plan, sink, on_micro_batch, task.rows, task.seconds)
+    attachment.streaming_queries[name] = start_foreach_batch(
+        out,
+        attachment.callback(name),
+        checkpoint=Path(checkpoint_location) / EXECUTORS_FOLDER,
+        trigger=trigger,
+        query_name=f"{query_name or 'eddies'}-executors-{name}",
+        output_mode="append",
+    )
+    log.info("attached to Spark executors", kind=plan.kind, reason=plan.reason, stream=name)
+    return attachment
+
+
+def _placed_frame(plan: ExecutorPlan, task: _Task, frames: Mapping[str, Any], struct: Any) -> Any:
+    """The streaming DataFrame of the placed query's output per micro-batch: result rows
+    (``"map"``, in ``struct``) or Arrow IPC blobs of result rows (the stateful kinds)."""
+    part = plan.partition
     blobs = "blob binary"
     if plan.kind == "map":
         (one,) = part.inputs
-        df = frames[one.table].select(*[F.col(_quoted(c)) for c in one.project])
-        out = df.mapInArrow(_map_fn(task), struct)
-    elif plan.kind == "aggregate":
+        return projected(frames[one.table], one).mapInArrow(_map_fn(task), struct)
+    if plan.kind == "aggregate":
         (one,) = part.inputs
-        df = frames[one.table].select(*[F.col(_quoted(c)) for c in one.project])
-        packed = df.mapInArrow(_partials_fn(task), f"{BUCKET} int, {blobs}")
-        out = packed.groupBy(BUCKET).applyInPandasWithState(
-            _aggregate_state_fn(task), blobs, blobs, "append", "NoTimeout"
+        packed = projected(frames[one.table], one).mapInArrow(
+            _partials_fn(task), f"{BUCKET} int, {blobs}"
         )
+        state_fn = _aggregate_state_fn(task)
     else:
-        shuffled = None
-        for i, one in enumerate(part.inputs):
-            keys = [
-                F.col(_quoted(c)).cast(t) if t else F.col(_quoted(c))
-                for c, t in zip(one.columns, one.hash_types, strict=True)
-            ]
-            piece = frames[one.table].select(  # NULL keys: counted, then dropped by the pack
-                F.pmod(F.hash(*keys), F.lit(buckets)).alias(BUCKET),
-                F.struct(*[F.col(_quoted(c)) for c in one.project]).alias(f"{INPUT}{i}"),
-            )
-            shuffled = (
-                piece if shuffled is None else shuffled.unionByName(piece, allowMissingColumns=True)
-            )
+        # NULL keys: counted, then dropped by the pack
+        shuffled = hashed_union(frames, part.inputs, task.buckets, drop_null_keys=False)
         packed = shuffled.mapInArrow(_pack_fn(BUCKET, task), f"{BUCKET} int, {blobs}")
-        out = packed.groupBy(BUCKET).applyInPandasWithState(
-            _join_state_fn(task), blobs, blobs, "append", "NoTimeout"
-        )
-    attachment = ExecutorsAttachment(plan, sink, on_micro_batch, task.rows, task.seconds)
-    writer = (
-        out.writeStream.foreachBatch(attachment.callback(name))
-        .outputMode("append")
-        .option("checkpointLocation", str(Path(checkpoint_location) / EXECUTORS_FOLDER))
-        .queryName(f"{query_name or 'eddies'}-executors-{name}")
+        state_fn = _join_state_fn(task)
+    return packed.groupBy(BUCKET).applyInPandasWithState(
+        state_fn, blobs, blobs, "append", "NoTimeout"
     )
-    if trigger:
-        writer = writer.trigger(**trigger)
-    attachment.streaming_queries[name] = writer.start()
-    log.info("attached to Spark executors", kind=plan.kind, reason=plan.reason, stream=name)
-    return attachment

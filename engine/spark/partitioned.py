@@ -32,9 +32,9 @@ that names why (strategy ``"driver"``).
 
 from __future__ import annotations
 
-import math
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 import pyarrow as pa
@@ -43,24 +43,34 @@ import trio
 from sqlglot import exp
 
 from eddies.engine.above.finalize import Finalizer
-from eddies.engine.api import _unwrap, execute
-from eddies.engine.catalog import Catalog, CatalogTable
-from eddies.engine.execution.run import run_plan, seed_scheduler
+from eddies.engine.api import execute
+from eddies.engine.catalog import Catalog
+from eddies.engine.execution.run import seed_scheduler
 from eddies.engine.options import RunOptions
 from eddies.engine.plan.planner import Plan, plan_query
 from eddies.engine.runtime.precise_clock import run_clock
-from eddies.engine.spark.driver import arrow_schema
+from eddies.engine.spark.arrow_schema import (
+    cast_columns,
+    plain_arrow_schemas,
+    positional_schema,
+    spark_schema,
+)
+from eddies.engine.spark.map_in_arrow import eddy_batches, map_in_arrow
+from eddies.engine.spark.shuffle import BUCKET, hashed_union, input_rows, projected
+from eddies.engine.spark.task_catalog import (
+    PlanningCatalog,
+    ShippedTables,
+    planning_catalog,
+    ship_tables,
+)
 from eddies.errors import DataSourceError, EddiesError
-from eddies.router.expressions import FunctionSpec
-from eddies.router.stats import RunStats
+from eddies.router.query_graph import AliasInfo
 from eddies.sources.arrow_source import conform, plain_schema
 
 log = structlog.get_logger("eddies.engine.spark.partitioned")
 
-#: Column of the Spark shuffle that holds a row's bucket number.
-BUCKET = "_eddies_bucket"
-#: Prefix of the struct column holding one shipped input's rows in the shuffle.
-INPUT = "_eddies_in"
+#: An equivalence class of ``(alias index, column)`` under the query's equi-joins.
+ColumnClass = set[tuple[int, str]]
 
 
 # ---------------------------------------------------------------------------------------
@@ -117,28 +127,12 @@ class PartitionPlan:
         """Hash columns per partitioned alias (empty tuples for a split)."""
         return {a: i.columns for i in self.inputs for a in i.aliases}
 
-
-class _PlanningCatalog:
-    """``catalog`` with some tables replaced (the duck-typed part ``plan_query`` reads)."""
-
-    def __init__(self, base: Catalog, replaced: Mapping[str, CatalogTable]) -> None:
-        self._base = base
-        self._replaced = dict(replaced)
-
-    def has_table(self, name: str) -> bool:
-        return name.lower() in self._replaced or self._base.has_table(name)
-
-    def table(self, name: str) -> CatalogTable:
-        key = name.lower()
-        return self._replaced[key] if key in self._replaced else self._base.table(key)
-
-    @property
-    def tables(self) -> list[str]:
-        return sorted(set(self._base.tables) | set(self._replaced))
-
-    @property
-    def functions(self) -> dict[str, FunctionSpec]:
-        return self._base.functions
+    def input_schemas(self, schemas: Mapping[str, pa.Schema]) -> list[tuple[str, pa.Schema]]:
+        """Per shipped input, its name and the schema of its shipped columns
+        (``schemas``: partitioned table -> its whole Arrow schema, as the eddies see it)."""
+        return [
+            (i.name, pa.schema([schemas[i.table].field(c) for c in i.project])) for i in self.inputs
+        ]
 
 
 def _schemas(
@@ -162,25 +156,16 @@ def _schemas(
     return out
 
 
-def _planning_catalog(catalog: Catalog, schemas: Mapping[str, pa.Schema]) -> _PlanningCatalog:
-    empty = Catalog()
-    for name, schema in schemas.items():
-        empty.add_table(name, schema.empty_table())
-    return _PlanningCatalog(catalog, {n: empty.table(n) for n in schemas})
-
-
 def _finish_steps(plan: Plan) -> tuple[str, ...]:
+    """The steps above the eddy that do not commute with the union of the pieces."""
     spec = plan.finalize
-    steps = []
-    if spec.group is not None:
-        steps.append("GROUP BY/aggregates")
-    if spec.distinct:
-        steps.append("DISTINCT")
-    if spec.order:
-        steps.append("ORDER BY")
-    if spec.limit is not None or spec.offset:
-        steps.append("LIMIT/OFFSET")
-    return tuple(steps)
+    needed = (
+        ("GROUP BY/aggregates", spec.group is not None),
+        ("DISTINCT", spec.distinct),
+        ("ORDER BY", bool(spec.order)),
+        ("LIMIT/OFFSET", spec.limit is not None or bool(spec.offset)),
+    )
+    return tuple(step for step, wanted in needed if wanted)
 
 
 def _hash_type(types: list[pa.DataType]) -> str | None:
@@ -205,7 +190,7 @@ def _hash_type(types: list[pa.DataType]) -> str | None:
     raise ValueError(", ".join(str(t) for t in types))
 
 
-def _classes(plan: Plan) -> list[set[tuple[int, str]]]:
+def _classes(plan: Plan) -> list[ColumnClass]:
     """Equivalence classes of ``(alias index, column)`` under the query's equi-joins."""
     parent: dict[tuple[int, str], tuple[int, str]] = {}
 
@@ -222,7 +207,7 @@ def _classes(plan: Plan) -> list[set[tuple[int, str]]]:
             continue
         for lc, rc in zip(e.left_columns, e.right_columns, strict=True):
             parent[find((e.left, lc))] = find((e.right, rc))
-    groups: dict[tuple[int, str], set[tuple[int, str]]] = {}
+    groups: dict[tuple[int, str], ColumnClass] = {}
     for node in list(parent):
         groups.setdefault(find(node), set()).add(node)
     return sorted(groups.values(), key=lambda c: sorted(c))
@@ -236,6 +221,15 @@ def _used_columns(plan: Plan) -> dict[int, set[str]]:
     for alias, column in keys:
         used[alias].add(column)
     return used
+
+
+def _projection(
+    schemas: Mapping[str, pa.Schema], used: Mapping[int, set[str]], table: str, members: list[int]
+) -> tuple[str, ...]:
+    """The columns of ``table`` that its aliases ``members`` read, in table order."""
+    wanted = set().union(*(used[m] for m in members))
+    cols = tuple(n for n in schemas[table].names if n in wanted)
+    return cols or tuple(schemas[table].names[:1])  # keep the row count
 
 
 def _rename_tables(sql: str, renames: Mapping[str, str]) -> str:
@@ -268,25 +262,25 @@ def analyze_partitioning(
     in ``finish`` (done on the driver after the partitioned join).
     """
     schemas = _schemas(catalog, partitioned)
-    plan = plan_query(sql, _planning_catalog(catalog, schemas))
-    return _analyze(sql, plan, catalog, schemas)
+    plan = plan_query(sql, planning_catalog(catalog, schemas))
+    return analyze_plan_partitioning(sql, plan, catalog, schemas)
 
 
-def _analyze(
+def analyze_plan_partitioning(
     sql: str, plan: Plan, catalog: Catalog, schemas: Mapping[str, pa.Schema]
 ) -> PartitionPlan:
+    """:func:`analyze_partitioning` for ``plan``, the plan of ``sql`` made with the
+    partitioned tables standing in (:func:`~eddies.engine.spark.task_catalog.planning_catalog`).
+
+    schemas: partitioned table (lowercased) -> its Arrow schema; catalog: the broadcast
+    tables (its names are not reused for a self-join's copies). Pure, no Spark; the
+    executors placement (:mod:`eddies.engine.spark.executors`) partitions streams with it.
+    """
     aliases = plan.graph.aliases
     big = [a for a in aliases if a.table in schemas]
     broadcast = tuple(sorted({a.table for a in aliases if a.table not in schemas}))
-    finish = _finish_steps(plan)
-    used = _used_columns(plan)
-
-    def project(table: str, members: list[int]) -> tuple[str, ...]:
-        wanted = set().union(*(used[m] for m in members))
-        cols = tuple(n for n in schemas[table].names if n in wanted)
-        return cols or tuple(schemas[table].names[:1])  # keep the row count
-
-    common = dict(broadcast=broadcast, finish=finish, sql=sql)
+    common: dict[str, Any] = dict(broadcast=broadcast, finish=_finish_steps(plan), sql=sql)
+    project = partial(_projection, schemas, _used_columns(plan))
     if not big:
         return PartitionPlan("driver", "the query reads no partitioned table", **common)
     if len(big) == 1:
@@ -302,7 +296,36 @@ def _analyze(
 
     names = ", ".join(a.name for a in big)
     classes = _classes(plan)
-    spanning: list[tuple[set[tuple[int, str]], str]] = []
+    spanning, skipped = _spanning_classes(plan, classes, big, schemas)
+    if not spanning:
+        why = _no_spanning_class(plan, classes, big, skipped, names)
+        return PartitionPlan("driver", why, **common)
+    inputs, renames = _shipped_inputs(
+        plan,
+        big,
+        _hash_columns(big, spanning),
+        tuple(t for _, t in spanning),
+        project,
+        taken=set(catalog.tables) | set(schemas),
+    )
+    classes_text = "; ".join(_describe(c, plan) for c, _ in spanning)
+    reason = f"partitioned aliases {names} are tied by equi-joins: hash on {classes_text}"
+    if renames:
+        reason += (
+            f"; aliases {', '.join(sorted(renames))} of one table hash on different columns, "
+            "so each reads its own copy of the table"
+        )
+        common["sql"] = _rename_tables(sql, renames)
+    return PartitionPlan("hash", reason, tuple(inputs), **common)
+
+
+def _spanning_classes(
+    plan: Plan, classes: list[ColumnClass], big: list[AliasInfo], schemas: Mapping[str, pa.Schema]
+) -> tuple[list[tuple[ColumnClass, str]], list[str]]:
+    """The classes with a column of every partitioned alias, each with the Spark type its
+    columns hash in (:func:`_hash_type`); and, described, those whose types hash apart."""
+    aliases = plan.graph.aliases
+    spanning: list[tuple[ColumnClass, str]] = []
     skipped: list[str] = []
     for cls in classes:
         if not all(any(m[0] == a.index for m in cls) for a in big):
@@ -314,18 +337,27 @@ def _analyze(
             spanning.append((cls, _hash_type(types)))
         except ValueError as exc:
             skipped.append(f"{_describe(cls, plan)} (types {exc} hash differently)")
-    if not spanning:
-        touching = [
-            _describe(c, plan) for c in classes if any(m[0] in {a.index for a in big} for m in c)
-        ]
-        why = (
-            f"no equi-join column class ties every partitioned alias ({names}) together"
-            + (f"; classes: {'; '.join(touching)}" if touching else "; they share no equi-join")
-            + (f"; unusable: {'; '.join(skipped)}" if skipped else "")
-        )
-        return PartitionPlan("driver", why, **common)
+    return spanning, skipped
 
-    # Per alias, its column of each spanning class; aliases of one table agree where they can.
+
+def _no_spanning_class(
+    plan: Plan, classes: list[ColumnClass], big: list[AliasInfo], skipped: list[str], names: str
+) -> str:
+    """Why no class ties every partitioned alias (``names``) together, in words."""
+    indexes = {a.index for a in big}
+    touching = [_describe(c, plan) for c in classes if any(m[0] in indexes for m in c)]
+    return (
+        f"no equi-join column class ties every partitioned alias ({names}) together"
+        + (f"; classes: {'; '.join(touching)}" if touching else "; they share no equi-join")
+        + (f"; unusable: {'; '.join(skipped)}" if skipped else "")
+    )
+
+
+def _hash_columns(
+    big: list[AliasInfo], spanning: list[tuple[ColumnClass, str]]
+) -> dict[int, tuple[str, ...]]:
+    """Per partitioned alias, its column of each spanning class; aliases of one table
+    agree where they can (then they read one copy of it)."""
     chosen: dict[int, tuple[str, ...]] = {}
     for a in big:
         cols = []
@@ -337,14 +369,28 @@ def _analyze(
                     shared &= {c for i, c in cls if i == b.index}
             cols.append(min(shared or own))
         chosen[a.index] = tuple(cols)
-    hash_types = tuple(t for _, t in spanning)
+    return chosen
+
+
+def _shipped_inputs(
+    plan: Plan,
+    big: list[AliasInfo],
+    chosen: Mapping[int, tuple[str, ...]],
+    hash_types: tuple[str, ...],
+    project: Callable[[str, list[int]], tuple[str, ...]],
+    taken: set[str],
+) -> tuple[list[ShippedInput], dict[str, str]]:
+    """One :class:`ShippedInput` per table and hash columns; and the aliases renamed to
+    read a copy ``<table>__p<k>`` (a name not in ``taken``) where the aliases of one
+    table hash on different columns."""
+    aliases = plan.graph.aliases
     groups: dict[tuple[str, tuple[str, ...]], list[int]] = {}
     for a in big:
         groups.setdefault((a.table, chosen[a.index]), []).append(a.index)
     per_table: dict[str, int] = {}
     for table, _ in groups:
         per_table[table] = per_table.get(table, 0) + 1
-    taken = set(catalog.tables) | set(schemas)
+    taken = set(taken)
     inputs: list[ShippedInput] = []
     renames: dict[str, str] = {}
     count: dict[str, int] = {}
@@ -368,18 +414,10 @@ def _analyze(
                 tuple(dict.fromkeys(project(table, members) + cols)),
             )
         )
-    classes_text = "; ".join(_describe(c, plan) for c, _ in spanning)
-    reason = f"partitioned aliases {names} are tied by equi-joins: hash on {classes_text}"
-    if renames:
-        reason += (
-            f"; aliases {', '.join(sorted(renames))} of one table hash on different columns, "
-            "so each reads its own copy of the table"
-        )
-        common["sql"] = _rename_tables(sql, renames)
-    return PartitionPlan("hash", reason, tuple(inputs), **common)
+    return inputs, renames
 
 
-def _describe(cls: set[tuple[int, str]], plan: Plan) -> str:
+def _describe(cls: ColumnClass, plan: Plan) -> str:
     return " = ".join(f"{plan.graph.aliases[i].name}.{c}" for i, c in sorted(cls))
 
 
@@ -387,25 +425,12 @@ def _describe(cls: set[tuple[int, str]], plan: Plan) -> str:
 # What runs in an executor (everything here must pickle)
 
 
-@dataclass(frozen=True)
-class _Broadcast:
-    name: str
-    table: pa.Table
-    key: tuple[str, ...] | None
-    build: bool
-    batch_size: int | None
-    rate: float | None
-    delay: float
-    access_name: str
-
-
 @dataclass
 class _Payload:
     """All an executor needs: shipped with the function (Spark broadcasts big closures)."""
 
     sql: str
-    broadcast: list[_Broadcast]
-    functions: list[FunctionSpec]
+    tables: ShippedTables  # the broadcast tables and the UDFs
     inputs: list[tuple[str, pa.Schema]]  # shipped name, schema as the eddies see it
     core: bool  # True: only the eddy (the driver finishes); False: the whole query
     output_columns: list[tuple[int, str]]
@@ -413,71 +438,25 @@ class _Payload:
     options: RunOptions = field(default_factory=RunOptions)
 
 
-def add_broadcasts(cat: Catalog, broadcasts: Sequence[_Broadcast]) -> None:
-    """Register the tables shipped whole to every task (broadcast), as the driver had
-    them registered."""
-    for b in broadcasts:
-        cat.add_table(
-            b.name,
-            b.table,
-            key=b.key,
-            build=b.build,
-            batch_size=b.batch_size,
-            rate=b.rate,
-            delay=b.delay,
-            access_name=b.access_name,
-        )
-
-
-def _bucket_catalog(payload: _Payload, slices: Mapping[str, pa.Table]) -> Catalog:
-    cat = Catalog()
-    add_broadcasts(cat, payload.broadcast)
-    for name, schema in payload.inputs:
-        cat.add_table(name, conform(slices[name], schema, f"partition of table {name!r}"))
-    for f in payload.functions:
-        cat.add_function(f.name, f.fn, vectorized=f.vectorized, return_type=f.return_type)
-    return cat
-
-
-async def _eddy_rows(plan: Plan, options: RunOptions) -> list[pa.RecordBatch]:
-    """The eddy's output batches (columns as in ``plan.output_columns``), unfinished."""
-    stats = RunStats(plan.graph, plan.destinations)
-    send, receive = trio.open_memory_channel(math.inf)
-    batches: list[pa.RecordBatch] = []
-    try:
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(run_plan, plan, options, send, stats)
-            async with receive:
-                batches = [b async for b in receive]
-    except BaseExceptionGroup as group:
-        raise _unwrap(group) from None
-    return batches
-
-
 def _core_batch(batch: pa.RecordBatch, schema: pa.Schema) -> pa.RecordBatch:
     if not len(schema) or schema.names[0] == "_eddies_row":  # no columns: keep the count
         return pa.RecordBatch.from_arrays([pa.nulls(batch.num_rows, pa.bool_())], schema=schema)
-    return pa.RecordBatch.from_arrays(
-        [
-            c if c.type == f.type else c.cast(f.type)
-            for c, f in zip(batch.columns, schema, strict=True)
-        ],
-        schema=schema,
-    )
+    return cast_columns(batch, schema)
 
 
 def _run_bucket(payload: _Payload, slices: Mapping[str, pa.Table]) -> Iterator[pa.RecordBatch]:
     """One independent eddy over one partition; yields batches in ``payload.out_schema``."""
     if any(slices[name].num_rows == 0 for name, _ in payload.inputs):
         return  # every result row needs a row of each partitioned alias
-    cat = _bucket_catalog(payload, slices)
+    pieces = {
+        name: conform(slices[name], schema, f"partition of table {name!r}")
+        for name, schema in payload.inputs
+    }
+    cat = payload.tables.catalog(pieces)
     if not payload.core:
         table = execute(payload.sql, cat, options=payload.options)
         for batch in table.to_batches():
-            yield pa.RecordBatch.from_arrays(
-                [c.cast(f.type) for c, f in zip(batch.columns, payload.out_schema, strict=True)],
-                schema=payload.out_schema,
-            )
+            yield cast_columns(batch, payload.out_schema)
         return
     plan = plan_query(payload.sql, cat)
     if plan.output_columns != payload.output_columns:  # pragma: no cover - a planner change
@@ -485,7 +464,7 @@ def _run_bucket(payload: _Payload, slices: Mapping[str, pa.Table]) -> Iterator[p
     options = payload.options
     if options.seed is not None:
         seed_scheduler(options.seed)
-    for batch in trio.run(_eddy_rows, plan, options, clock=run_clock()):
+    for batch in trio.run(eddy_batches, plan, options, clock=run_clock()):
         if batch.num_rows:
             yield _core_batch(batch, payload.out_schema)
 
@@ -494,23 +473,17 @@ def _map_fn(payload: _Payload):
     """The ``mapInArrow`` function: one eddy per Spark partition of the one input."""
     ((name, _),) = payload.inputs
 
-    def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        rows = list(batches)
-        if rows:
-            yield from _run_bucket(payload, {name: pa.Table.from_batches(rows)})
+    def run(rows: pa.Table) -> Iterator[pa.RecordBatch]:
+        return _run_bucket(payload, {name: rows})
 
-    return run
+    return map_in_arrow(run)
 
 
 def _group_fn(payload: _Payload):
     """The ``applyInArrow`` function: one eddy per hash bucket, inputs split back apart."""
 
     def run(table: pa.Table) -> pa.Table:
-        slices = {}
-        for i, (name, _) in enumerate(payload.inputs):
-            column = table.column(f"{INPUT}{i}").combine_chunks()
-            rows = column.filter(column.is_valid())
-            slices[name] = pa.Table.from_arrays(rows.flatten(), names=[f.name for f in rows.type])
+        slices = {name: input_rows(table, i) for i, (name, _) in enumerate(payload.inputs)}
         batches = list(_run_bucket(payload, slices))
         if not batches:
             return payload.out_schema.empty_table()
@@ -523,64 +496,6 @@ def _group_fn(payload: _Payload):
 # The Spark side (driver)
 
 
-def _spark_schema(spark: Any, schema: pa.Schema) -> tuple[Any, pa.Schema]:
-    """Spark's StructType for ``schema`` and the Arrow schema Spark expects back."""
-    from pyspark.sql.pandas.types import from_arrow_schema, to_arrow_schema
-
-    struct = from_arrow_schema(schema)
-    large = str(spark.conf.get("spark.sql.execution.arrow.useLargeVarTypes", "false")).lower()
-    expected = to_arrow_schema(
-        struct,
-        timezone=spark.conf.get("spark.sql.session.timeZone"),
-        prefers_large_types=large == "true",
-    )
-    return struct, expected
-
-
-def _shippable(catalog: Catalog, names: Iterable[str]) -> list[_Broadcast]:
-    out = []
-    for name in names:
-        if not catalog.has_table(name):  # FROM 'path' / read_parquet(...) in the SQL
-            raise DataSourceError(
-                f"{name!r} is read from files named in the query; a partitioned query "
-                "broadcasts catalog tables only: register it with add_table(name, path)"
-            )
-        entry = catalog.table(name)
-        why = None
-        if entry.indexes:
-            why = "it has index access methods (lookups are functions of this process)"
-        elif len(entry.scans) != 1:
-            why = "it has several scan access methods (mirrors)"
-        elif entry.scans[0].table is None and entry.scans[0].path is None:
-            why = "it is not in memory or in a file (a stream, a reader or a paged scan)"
-        if why:
-            raise DataSourceError(
-                f"table {name!r} cannot be broadcast to Spark executors: {why}; register it "
-                "with add_table(name, pyarrow_table) or pass it as a Spark DataFrame"
-            )
-        src = entry.scans[0]
-        table = src.table
-        if table is None:  # a Parquet/CSV file: read it here, ship the rows
-            table = pa.Table.from_batches(list(src.open_batches(1 << 16)), schema=src.schema)
-        out.append(
-            _Broadcast(
-                name,
-                table,
-                entry.key,
-                src.build,
-                src.batch_size,
-                src.rate,
-                src.delay,
-                src.access_name or name,
-            )
-        )
-    return out
-
-
-def _quoted(name: str) -> str:
-    return "`" + name.replace("`", "``") + "`"
-
-
 @dataclass
 class _Prepared:
     plan: Plan
@@ -589,9 +504,9 @@ class _Prepared:
 
 
 def _prepare(sql: str, catalog: Catalog, partitioned: Mapping[str, Any]) -> _Prepared:
-    schemas = {name.lower(): plain_schema(arrow_schema(df)) for name, df in partitioned.items()}
-    plan = plan_query(sql, _planning_catalog(catalog, schemas))
-    return _Prepared(plan, _analyze(sql, plan, catalog, schemas), schemas)
+    schemas = plain_arrow_schemas(partitioned)
+    plan = plan_query(sql, planning_catalog(catalog, schemas))
+    return _Prepared(plan, analyze_plan_partitioning(sql, plan, catalog, schemas), schemas)
 
 
 def _on_driver(
@@ -610,8 +525,29 @@ def _on_driver(
     for name, df in partitioned.items():
         if name.lower() in used:
             local.add_table(name, conform(df.toArrow(), prepared.schemas[name.lower()], name))
-    local_tables = _PlanningCatalog(catalog, {n: local.table(n) for n in local.tables})
+    local_tables = PlanningCatalog.over(catalog, local)
     return execute(prepared.partition.sql, local_tables, options=options)  # type: ignore[arg-type]
+
+
+def _column_types(plan: Plan) -> dict[tuple[int, str], pa.DataType]:
+    """``(alias index, column)`` -> its Arrow type, for every alias of ``plan``."""
+    return {
+        (a.index, f.name): f.type for a in plan.graph.aliases for f in plan.tables[a.table].schema
+    }
+
+
+def _executors_output(plan: Plan, core: bool) -> tuple[pa.Schema, list[str]]:
+    """The Arrow schema the executors return (positional names) and the column names
+    their DataFrame gets: the eddy's output columns for ``core``, else the result's."""
+    if not core:
+        schema = plan.finalize.schema
+        return positional_schema(schema), schema.names
+    types = _column_types(plan)
+    arrow_out = pa.schema(
+        [pa.field(f"_c{i}", types[k]) for i, k in enumerate(plan.output_columns)]
+        or [pa.field("_eddies_row", pa.bool_())]
+    )
+    return arrow_out, arrow_out.names
 
 
 def _executor_frame(
@@ -623,37 +559,16 @@ def _executor_frame(
     options: RunOptions,
 ) -> tuple[Any, list[str]]:
     """The lazy Spark DataFrame of the executors' output and its column names."""
-    from pyspark.sql import functions as F
-
     part = prepared.partition
     plan = prepared.plan
     frames = {name.lower(): df for name, df in partitioned.items()}
     core = bool(part.finish)
-    if core:
-        types = {
-            (a.index, f.name): f.type
-            for a in plan.graph.aliases
-            for f in plan.tables[a.table].schema
-        }
-        arrow_out = pa.schema(
-            [pa.field(f"_c{i}", types[k]) for i, k in enumerate(plan.output_columns)]
-            or [pa.field("_eddies_row", pa.bool_())]
-        )
-        names = arrow_out.names
-    else:
-        schema = plan.finalize.schema
-        arrow_out = pa.schema([pa.field(f"_c{i}", f.type) for i, f in enumerate(schema)])
-        names = schema.names
-    struct, expected = _spark_schema(spark, arrow_out)
-    inputs = [
-        (i.name, pa.schema([prepared.schemas[i.table].field(c) for c in i.project]))
-        for i in part.inputs
-    ]
+    arrow_out, names = _executors_output(plan, core)
+    struct, expected = spark_schema(spark, arrow_out)
     payload = _Payload(
         part.sql,
-        _shippable(catalog, part.broadcast),
-        list(catalog.functions.values()),
-        inputs,
+        ship_tables(catalog, part.broadcast),
+        part.input_schemas(prepared.schemas),
         core,
         list(plan.output_columns),
         expected,
@@ -661,39 +576,20 @@ def _executor_frame(
     )
     if part.strategy == "split":
         (one,) = part.inputs
-        df = frames[one.table].select(*[F.col(_quoted(c)) for c in one.project])
+        df = projected(frames[one.table], one)
         if partitions:
             df = df.repartition(partitions)
         return df.mapInArrow(_map_fn(payload), struct), names
 
     buckets = partitions or int(spark.conf.get("spark.sql.shuffle.partitions"))
-    shuffled = None
-    for i, one in enumerate(part.inputs):
-        df = frames[one.table]
-        keys = [
-            F.col(_quoted(c)).cast(t) if t else F.col(_quoted(c))
-            for c, t in zip(one.columns, one.hash_types, strict=True)
-        ]
-        # A NULL key never joins: such rows cannot be in the result, so they stay home.
-        keep = None
-        for c in one.columns:
-            cond = F.col(_quoted(c)).isNotNull()
-            keep = cond if keep is None else keep & cond
-        piece = df.where(keep).select(
-            F.pmod(F.hash(*keys), F.lit(buckets)).alias(BUCKET),
-            F.struct(*[F.col(_quoted(c)) for c in one.project]).alias(f"{INPUT}{i}"),
-        )
-        shuffled = (
-            piece if shuffled is None else shuffled.unionByName(piece, allowMissingColumns=True)
-        )
+    # A NULL key never joins: such rows cannot be in the result, so they stay home.
+    shuffled = hashed_union(frames, part.inputs, buckets, drop_null_keys=True)
     return shuffled.groupBy(BUCKET).applyInArrow(_group_fn(payload), struct), names
 
 
 def _finish(plan: Plan, core: pa.Table) -> pa.Table:
     """Aggregation, DISTINCT, ORDER BY, LIMIT over the executors' join rows (driver)."""
-    types = {
-        (a.index, f.name): f.type for a in plan.graph.aliases for f in plan.tables[a.table].schema
-    }
+    types = _column_types(plan)
 
     async def run() -> pa.Table:
         finalizer = Finalizer(plan.finalize, plan.output_columns)
@@ -746,10 +642,7 @@ def run_partitioned_arrow(
     rows = df.toArrow()
     if prepared.partition.finish:
         return _finish(prepared.plan, rows)
-    schema = prepared.plan.finalize.schema
-    return pa.Table.from_arrays(
-        [c.cast(f.type) for c, f in zip(rows.columns, schema, strict=True)], schema=schema
-    )
+    return cast_columns(rows, prepared.plan.finalize.schema)
 
 
 def run_partitioned(
@@ -796,5 +689,5 @@ def run_partitioned(
     table = run_partitioned_arrow(
         spark, sql, catalog, partitioned, partitions=partitions, options=run_options
     )
-    struct, _ = _spark_schema(spark, table.schema)
+    struct, _ = spark_schema(spark, table.schema)
     return spark.createDataFrame(table, schema=struct)
