@@ -30,7 +30,7 @@ class RunOptions:
     """How to run a query (all optional).
 
     policy: one of ``static``, ``random``, ``naive``, ``lottery``, ``lottery-window``
-    (eddies-2000 §4), ``rank``, ``bandit`` or ``hybrid`` (:mod:`eddies.router.learning`);
+    (eddies-2000 §4), ``rank``, ``bandit`` or ``hybrid`` (:mod:`eddies.router.policies.learning`);
     default ``hybrid``: rank with pilots where a choice may be expensive (an SM calling a
     UDF, an index AM lookup), the lottery among free ones. order: destination names for
     ``static`` (see :func:`eddies.engine.plan.explain`), a sequence of strings, kept as a tuple.

@@ -58,7 +58,7 @@ import trio
 from eddies.errors import DataSourceError
 from eddies.router.constraints import ConstraintChecker
 from eddies.router.messages import AccessFailed, Returned, SourceBatch, SourceDone, Work
-from eddies.router.policies import HOLD, RoutingPolicy
+from eddies.router.policies.base import HOLD, RoutingPolicy
 from eddies.router.query_graph import AccessKind
 from eddies.router.routing_table import DestinationKind, RoutingTable
 from eddies.router.stats import RunStats

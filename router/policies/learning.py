@@ -8,7 +8,7 @@ destination, decayed with a half-life in tuples) and share the batching of
   AM lookup — has no estimate here nor anywhere), and when an estimate at it drifts, the
   next batch of that signature is split: a pilot of :func:`pilot_size` tuples (n/256,
   from ``MIN_PILOT_TUPLES`` to ``PILOT_TUPLES``) goes to each such choice, and the rest
-  is held (:data:`~eddies.router.policies.HOLD`) until the pilots have answered — or
+  is held (:data:`~eddies.router.policies.base.HOLD`) until the pilots have answered — or
   until an observed choice outranks every pilot still out whatever it will show (a pilot
   of k tuples out for t seconds is a censored observation: rank ≥ −k/t), so a slow async
   UDF's pilot holds nothing back once a cheap selective predicate has answered.
@@ -80,7 +80,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from eddies.router.estimates import Estimate
-from eddies.router.policies import HOLD, Choice, HasRoom, LotteryPolicy, RoutingPolicy
+from eddies.router.policies.base import HOLD, Choice, HasRoom, RoutingPolicy
+from eddies.router.policies.lottery import LotteryPolicy
 from eddies.router.routing_table import DestinationKind, RouteEntry
 from eddies.router.tuple_batch import Signature
 
