@@ -22,7 +22,7 @@ from typing import Any
 from eddies.engine.expr.intervals import span_us
 from eddies.errors import EddiesError
 from eddies.router.policies import DEFAULT_POLICY, check_policy_options
-from eddies.settings import Tuning
+from eddies.settings import Tuning, current
 
 
 @dataclass(frozen=True)
@@ -142,6 +142,11 @@ class RunOptions:
         if self.inline_visits is not None:
             return self.inline_visits
         return self.policy != "naive"
+
+    def knobs(self) -> Tuning:
+        """The knobs this query runs with: ``tuning``, else those in force where it is asked
+        (:func:`eddies.settings.current`)."""
+        return self.tuning or current()
 
     @classmethod
     def names(cls) -> tuple[str, ...]:
