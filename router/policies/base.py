@@ -21,6 +21,7 @@ every policy; ``static`` uses its order there too when the order names those mod
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -29,6 +30,22 @@ from eddies.router.estimates import Estimates
 from eddies.router.messages import Returned
 from eddies.router.routing_table import Destination, DestinationKind, RouteEntry
 from eddies.router.tuple_batch import Signature
+
+
+@dataclass(frozen=True, slots=True)
+class Observation:
+    """One Work's answers, summed (its partial answers and continuations included) and
+    booked in the estimates: ``tuples_in`` tuples of ``signature`` sent to ``destination``
+    gave ``tuples_out`` in ``seconds`` of the module's time; ``drift``: the estimate at
+    ``signature`` restarted from this observation (see RoutingPolicy.observe)."""
+
+    signature: Signature
+    destination: int
+    tuples_in: int
+    tuples_out: int
+    seconds: float
+    drift: bool
+
 
 HasRoom = Callable[[int], bool]
 Choice = int | np.ndarray | None
@@ -131,18 +148,11 @@ class RoutingPolicy:
         n += message.tuples_in
         seconds += message.busy_seconds
         drift = self.estimates.observe(sig, message.destination, n, returned, seconds, latency)
-        self.on_observed(sig, message.destination, n, returned, seconds, drift)
+        self.on_observed(Observation(sig, message.destination, n, returned, seconds, drift))
 
-    def on_observed(
-        self,
-        signature: Signature,
-        destination: int,
-        tuples_in: int,
-        tuples_out: int,
-        seconds: float,
-        drift: bool,
-    ) -> None:
-        """An estimate at ``signature`` was updated (``drift``: it restarted); no-op here."""
+    def on_observed(self, seen: Observation) -> None:
+        """An estimate at ``seen.signature`` was updated (``seen.drift``: it restarted);
+        no-op here."""
 
     def on_returned(
         self, destination: int, tuples_in: int, tuples_out: int, busy_seconds: float = 0.0
