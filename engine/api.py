@@ -246,7 +246,13 @@ async def _open_eddy(
     """One eddy query (a single SELECT block), as :func:`open_query` describes."""
     plan = with_join_state(cached_plan(sql, catalog), options.join_state)
     streaming = plan_streaming(plan, options)
-    stats = RunStats(plan.graph, plan.destinations, functions=plan.udf_stats)
+    # Made before run_plan puts the query's knobs in force: its route-log bound is given.
+    stats = RunStats(
+        plan.graph,
+        plan.destinations,
+        functions=plan.udf_stats,
+        max_route_records=options.knobs().route_log_max_records,
+    )
     event_times = EventTimes(streaming.watermarks if streaming is not None else [])
     durable = None
     if options.checkpoint is not None:

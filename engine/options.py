@@ -22,7 +22,7 @@ from typing import Any
 from eddies.engine.expr.intervals import span_us
 from eddies.errors import EddiesError
 from eddies.router.policies import DEFAULT_POLICY, check_policy_options
-from eddies.settings import Tuning
+from eddies.settings import Tuning, current
 
 
 @dataclass(frozen=True)
@@ -30,7 +30,7 @@ class RunOptions:
     """How to run a query (all optional).
 
     policy: one of ``static``, ``random``, ``naive``, ``lottery``, ``lottery-window``
-    (eddies-2000 §4), ``rank``, ``bandit`` or ``hybrid`` (:mod:`eddies.router.learning`);
+    (eddies-2000 §4), ``rank``, ``bandit`` or ``hybrid`` (:mod:`eddies.router.policies.learning`);
     default ``hybrid``: rank with pilots where a choice may be expensive (an SM calling a
     UDF, an index AM lookup), the lottery among free ones. order: destination names for
     ``static`` (see :func:`eddies.engine.plan.explain`), a sequence of strings, kept as a tuple.
@@ -142,6 +142,11 @@ class RunOptions:
         if self.inline_visits is not None:
             return self.inline_visits
         return self.policy != "naive"
+
+    def knobs(self) -> Tuning:
+        """The knobs this query runs with: ``tuning``, else those in force where it is asked
+        (:func:`eddies.settings.current`)."""
+        return self.tuning or current()
 
     @classmethod
     def names(cls) -> tuple[str, ...]:

@@ -23,7 +23,7 @@ import pyarrow as pa
 import trio
 
 from eddies.errors import DataSourceError
-from eddies.router.eddy import Source
+from eddies.router.eddy_wiring import Source
 from eddies.router.messages import AccessFailed, SourceBatch, SourceDone
 from eddies.router.stats import ModuleStats
 from eddies.router.tuple_batch import singleton_batch

@@ -13,17 +13,19 @@ queue has room (``send_nowait``), otherwise the batch waits in the eddy and is r
 when a module answers. So a module can never be blocked by the eddy while the eddy waits
 on it, and back-pressure (what the naive policy learns from) reaches the eddy.
 
-Intermediate results are bounded. A SteM probe returns at most ``MAX_OUTPUT_ROWS``
+Intermediate results are bounded (the bounds are knobs of
+:class:`eddies.settings.Tuning`). A SteM probe returns at most ``stem_max_output_rows``
 tuples per Work and hands the rest of a larger probe back as a continuation
 (``Returned.rest``, see :mod:`eddies.modules.stem`). The eddy holds continuations in a
 deferred queue and sends one back to its SteM only while the tuples it buffers (priority
 buffer and waiting) plus the output bounds of resumed probes in flight stay below
-``MAX_BUFFERED_TUPLES`` — or when nothing is in flight at all, so the query always
+``eddy_max_buffered_tuples`` — or when nothing is in flight at all, so the query always
 progresses. Continuations never wait on a module (the eddy still never blocks on a send),
-so no module can deadlock waiting for another; they are tuples already handled, so they
-go before new source tuples (eddies-2000 §4), and while any is held no source tuple is
-admitted. Memory is then bounded by ``MAX_BUFFERED_TUPLES`` plus what the modules' bounded
-queues hold; a cross product whose WHERE keeps nothing never holds its pairs at once.
+so no module can deadlock waiting for another; they are tuples already handled, so they go
+before new source tuples (eddies-2000 §4), and while any is held no source tuple is
+admitted. Memory is then bounded by ``eddy_max_buffered_tuples`` plus what the modules'
+bounded queues hold; a cross product whose WHERE keeps nothing never holds its pairs at
+once.
 
 Modules that never wait (SteMs, SMs without UDF calls) are visited *inline*: the eddy
 calls them and accepts their answer at once, as the PostgreSQL eddy calls its operators
@@ -49,20 +51,18 @@ import logging
 import time
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass, field
 
 import numpy as np
 import structlog
 import trio
 
 from eddies.errors import DataSourceError
-from eddies.router.constraints import ConstraintChecker
+from eddies.router.eddy_wiring import DestinationRoles, EddyHooks, EddyWiring
 from eddies.router.messages import AccessFailed, Returned, SourceBatch, SourceDone, Work
-from eddies.router.policies import HOLD, RoutingPolicy
-from eddies.router.query_graph import AccessKind
-from eddies.router.routing_table import DestinationKind, RoutingTable
+from eddies.router.policies.base import HOLD, RoutingPolicy
 from eddies.router.stats import RunStats
 from eddies.router.tuple_batch import Signature, TupleBatch, concat_batches
+from eddies.settings import current
 
 log = structlog.get_logger("eddies.router")
 #: The stdlib logger behind ``log``: a debug call through structlog's lazy proxy costs a
@@ -72,9 +72,6 @@ _stdlib_log = logging.getLogger("eddies.router")
 #: Probe tuples that may wait in the eddy for full index AMs while new source tuples are
 #: still admitted (see ``Eddy._admission_blocked``); beyond it the sources are held back.
 MAX_WAITING_FOR_LOOKUPS = 65536
-#: Tuples the eddy may buffer (priority buffer and waiting, plus the output bounds of
-#: resumed probes in flight) before it holds back the continuations of large SteM probes.
-MAX_BUFFERED_TUPLES = 1 << 18
 
 
 class _ModuleEnded(Exception):
@@ -85,64 +82,46 @@ class _ModuleEnded(Exception):
         self.module = module
 
 
-@dataclass
-class Source:
-    """A scan AM as the eddy sees it: its admission semaphore and its rank.
-
-    ``rank``: among source batches that are ready, the eddy routes those of the lowest rank
-    first. The planner ranks tables with fewer rows, then fewer join edges, first, so the
-    largest table's tuples (and among equals a hub's) arrive after the others' SteMs are
-    built and probe them, rather than every other tuple probing their SteM — the
-    build-side choice of a hash join (stems-2003 §3.1, simulating non-pipelined joins).
-    It is a preference among ready batches, never a wait: a slow source does not hold
-    back the others.
-    """
-
-    name: str
-    admission: trio.Semaphore
-    rank: tuple = ()
-    table: str = ""
-    access: int = -1
-    cancel_scope: trio.CancelScope = field(default_factory=trio.CancelScope)
-    closed: bool = False
-    # Batches the scan AM has appended to its store but the eddy has not accepted yet
-    # (a send to a waiting receiver is in no buffer until the eddy runs): see idle().
-    undelivered: int = 0
-
-
 class Eddy:
-    """Routes batches; see the module docstring. ``queues[d]`` is destination d's channel."""
+    """Routes batches among the modules of one query (eddies-2000 §3; see the module
+    docstring): ``wiring`` its routing table, queues and sources, ``policy`` the routing
+    policy (eddies-2000 §4), ``stats`` what it counts, ``hooks`` what it calls in the rest
+    of the query. ``queues[d]`` is destination d's channel. The backlog bound is
+    ``eddies.settings.Tuning.eddy_max_buffered_tuples``, read when the eddy is made."""
 
     def __init__(
         self,
-        routing_table: RoutingTable,
+        wiring: EddyWiring,
         policy: RoutingPolicy,
-        queues: list[trio.MemorySendChannel],
-        sources: list[Source],
         stats: RunStats,
-        checker: ConstraintChecker | None = None,
-        scanned: dict[str, trio.Event] | None = None,
-        stems: dict | None = None,
-        on_idle: Callable[[], None] | None = None,
-        inline: dict[int, Callable[[Work], Returned]] | None = None,
-        filters: dict[int, Callable[[], tuple[bool, bool] | None]] | None = None,
-        stasis: Callable[[int], None] | None = None,
-        coalesce_below: int = 0,
+        hooks: EddyHooks | None = None,
     ) -> None:
-        self.routing_table = routing_table
+        hooks = hooks or EddyHooks()
+        self.routing_table = wiring.routing_table
         self.policy = policy
-        self.queues = queues
-        self.sources = sources
-        self.sources_open = len(sources)
-        # Fresh batches per source, visited in rank order.
-        self._by_rank = sorted(range(len(sources)), key=lambda i: sources[i].rank)
-        self._fresh_of: list[deque[TupleBatch]] = [deque() for _ in sources]
-        self._fresh_count = 0
+        self.queues = wiring.queues
+        self.sources = wiring.sources
         self.stats = stats
         stats.estimates = policy.estimates
-        self.checker = checker
-        self._names = [d.name for d in routing_table.destinations]
-        self._module_stats = [stats.modules[n] for n in self._names]
+        self.checker = hooks.checker
+        # Continuous queries: called whenever the eddy may have become idle, and when it
+        # ends (see eddies.engine.streaming.commit_points); ``ended`` is then True.
+        self.on_idle = hooks.on_idle
+        self.ended = False
+        # Called at points of stasis with the source tuples admitted so far (EddyHooks).
+        self.stasis = hooks.stasis
+        self._roles = DestinationRoles.of(wiring.routing_table)
+        self._module_stats = [stats.modules[n] for n in self._roles.names]
+        self._max_buffered = current().eddy_max_buffered_tuples
+        self._debug = _stdlib_log.isEnabledFor(logging.DEBUG)
+        self._started = time.perf_counter()
+        self._inbox: trio.MemoryReceiveChannel | None = None
+        # Fresh batches per source, visited in rank order.
+        self.sources_open = len(wiring.sources)
+        self._by_rank = sorted(range(len(wiring.sources)), key=lambda i: wiring.sources[i].rank)
+        self._fresh_of: list[deque[TupleBatch]] = [deque() for _ in wiring.sources]
+        self._fresh_count = 0
+        self._admitted = 0  # source tuples admitted so far
         self._priority: deque[TupleBatch] = deque()
         # (batch, destination): a destination the policy chose whose queue was full, or
         # None when no eligible queue had room and the batch must be routed afresh.
@@ -154,81 +133,33 @@ class Eddy:
         self._deferred: deque[Work] = deque()
         self._promised = 0
         self._in_flight = 0
-        self._started = time.perf_counter()
+        # Returned batches under ``coalesce_below`` tuples (EddyWiring) are merged with the
+        # others of their signature in the priority buffer, one module visit for all (a
+        # STAIR holding several signatures returns one small batch each, and their paths
+        # meet again). ``_small``: per signature, how many such batches the buffer holds.
+        self._coalesce_below = wiring.coalesce_below
+        self._small: dict[Signature, int] = {}
         self._failures: dict[str, list[str]] = {}  # table -> errors of its failed AMs
-        self._scanned = scanned or {}
-        self._stems = stems or {}  # table -> its SteM (to fall back from a failed scan)
+        self._scanned = wiring.scanned
+        self._stems = wiring.stems  # table -> its SteM (to fall back from a failed scan)
         # Floating batches bounced by an incomplete SteM wait here, per table, until that
         # SteM builds more tuples or its scan ends (relaxed BuildFirst, stems-2003 §3.5).
         self._parked: dict[str, list[TupleBatch]] = {}
         self._unbuilt: dict[str, int] = {}  # per table: delivered tuples not built yet
         self._scan_done: set[str] = set()
-        self._build_tables = {
-            d.id: d.table for d in routing_table.destinations if d.kind is DestinationKind.BUILD
-        }
-        self._lookups = {
-            d.id for d in routing_table.destinations if d.kind is DestinationKind.LOOKUP
-        }
-        self._index_access = {
-            am.id for am in routing_table.graph.access if am.kind is AccessKind.INDEX
-        }
-        # RIGHT / FULL JoinSteps, in step order: flushed one by one once the query is
-        # otherwise finished (see _flush_next).
-        graph = routing_table.graph
-        step_dest = {
-            d.target_alias: d.id
-            for d in routing_table.destinations
-            if d.kind is DestinationKind.STEP
-        }
-        # JoinSteps over index-only tables: their destinations' tables, and per table the
-        # builds finished so far (a step's bounced tuples wait for the next one).
-        self._step_tables = {
-            step_dest[s.alias]: graph.aliases[s.alias].table for s in graph.steps if s.lookup
-        }
-        self._builds: dict[str, int] = {}
-        self._flushes: deque[tuple[int, int]] = deque(
-            (step_dest[s.alias], s.needs) for s in graph.steps if s.barrier
-        )
+        self._builds: dict[str, int] = {}  # per step table: builds finished so far
+        self._flushes: deque[tuple[int, int]] = deque(self._roles.flushes)
         # Tuples with steps to take none of whose SteMs is complete yet: released when a
         # step table's SteM completes (see _route, _unpark).
         self._awaiting_steps: list[TupleBatch] = []
-        self._gate_tables = {graph.aliases[s.alias].table for s in graph.steps if not s.lookup}
-        # Continuous queries: called whenever the eddy may have become idle, and when it
-        # ends (see eddies.engine.streaming.commit_points); ``ended`` is then True.
-        self.on_idle = on_idle
-        self.ended = False
-        self._inbox: trio.MemoryReceiveChannel | None = None
-        # Destinations whose module never waits (SteMs, SMs without UDFs): the eddy calls
-        # them directly, the PostgreSQL eddy's function-call visits, instead of a queue
-        # hop each way (see _send). Their queues stay empty, so they always have room.
+        # Destinations whose module never waits: the eddy calls them directly instead of a
+        # queue hop each way (see _send). Their queues stay empty, so they always have room.
         self._inline: list[Callable[[Work], Returned] | None] = [
-            (inline or {}).get(d.id) for d in routing_table.destinations
+            wiring.inline.get(d.id) for d in wiring.routing_table.destinations
         ]
-
         # SteM filters not decided yet: destination -> whether to offer it (None: its SteM
         # is not complete yet; asked after builds, SM answers and scan ends).
-        self._unready_filters = dict(filters or {})
-        self._debug = _stdlib_log.isEnabledFor(logging.DEBUG)
-        # SMs and filters: their drops of unbuilt singletons may complete a SteM.
-        self._drops = {
-            d.id
-            for d in routing_table.destinations
-            if d.kind in (DestinationKind.SM, DestinationKind.FILTER)
-        }
-        # Called at points of stasis (stairs-2004 App. A: every admitted tuple fully
-        # processed, nothing in flight) with the source tuples admitted so far: where STAIR
-        # state may migrate (eddies.modules.stair.StairMigrator).
-        self.stasis = stasis
-        self._admitted = 0
-        # Returned batches of fewer than ``coalesce_below`` tuples are merged with the
-        # others of their signature waiting in the priority buffer before they are routed
-        # on, one module visit for all (STAIRs: a probe of a STAIR holding several
-        # signatures returns one small batch each, and their paths meet again). Only where
-        # the order of tuples within the buffer does not matter (symmetric hash joins:
-        # engine.run passes it for STAIR join states). ``_small``: per signature, how many
-        # such batches the buffer holds (no scan of the buffer when there is none).
-        self._coalesce_below = coalesce_below
-        self._small: dict[Signature, int] = {}
+        self._unready_filters = dict(hooks.filters)
 
     def _offer_filters(self) -> None:
         """Offer the SteM filters whose SteMs now hold every qualifying row, where they pay
@@ -246,7 +177,7 @@ class Eddy:
             if self._debug:
                 log.debug(
                     "SteM filter complete",
-                    filter=self._names[d],
+                    filter=self._roles.names[d],
                     built=offer.built,
                     unbuilt=offer.unbuilt,
                     prior_selectivity=offer.prior_selectivity,
@@ -356,7 +287,7 @@ class Eddy:
             return True
         waiting_for_lookups = 0
         for batch, destination in self._waiting:
-            if destination is None or destination not in self._lookups:
+            if destination is None or destination not in self._roles.lookups:
                 return True
             waiting_for_lookups += len(batch)
         return waiting_for_lookups > MAX_WAITING_FOR_LOOKUPS
@@ -420,12 +351,12 @@ class Eddy:
             if self.checker is not None:
                 self.checker.check_returned(message.destination, message.tuples_in, message.outputs)
             # An empty batch may still carry EOT tuples, which must be built.
-            built_table = self._build_tables.get(message.destination)
+            built_table = self._roles.builds.get(message.destination)
             if message.final and built_table is not None and not self._looked_up(message):
                 self._unbuilt[built_table] = self._unbuilt.get(built_table, 0) - message.tuples_in
             if message.final and built_table is not None:
                 self._builds[built_table] = self._builds.get(built_table, 0) + 1
-            step_table = self._step_tables.get(message.destination)
+            step_table = self._roles.step_tables.get(message.destination)
             for b in message.outputs:
                 if step_table is not None and b.signature.prior:
                     self._park_for_eots(step_table, b, message.work)
@@ -438,7 +369,7 @@ class Eddy:
             if (
                 message.final
                 and self._unready_filters
-                and (built_table is not None or message.destination in self._drops)
+                and (built_table is not None or message.destination in self._roles.drops)
             ):
                 self._offer_filters()  # a build or a drop may have completed a SteM
         elif isinstance(message, SourceBatch):
@@ -470,11 +401,11 @@ class Eddy:
 
     def _may_resume(self) -> bool:
         """Whether the oldest continuation may go back to its SteM now: its queue has room
-        and the backlog is below ``MAX_BUFFERED_TUPLES``, or nothing is in flight."""
+        and the backlog is below ``eddy_max_buffered_tuples``, or nothing is in flight."""
         work = self._deferred[0]
         if not self.has_room(work.destination):
             return False
-        return self._buffered + self._promised < MAX_BUFFERED_TUPLES or self._in_flight == 0
+        return self._buffered + self._promised < self._max_buffered or self._in_flight == 0
 
     def _resume(self) -> None:
         """Send the oldest continuation back to its SteM (its tuples were counted and
@@ -548,7 +479,7 @@ class Eddy:
         """Whether a build's tuples came from an index AM: ``_unbuilt`` counts only what
         scans delivered, so lookups' builds must not pay it off."""
         work = message.work
-        return work is not None and work.batch.origin in self._index_access
+        return work is not None and work.batch.origin in self._roles.index_access
 
     def _complete(self, table: str) -> bool:
         """The SteM of ``table`` holds every tuple it ever will: its scan has delivered
@@ -589,7 +520,7 @@ class Eddy:
         parked = self._parked.pop(table, None)
         for batch in parked or ():
             self._buffer(batch)
-        if self._awaiting_steps and table in self._gate_tables and self._complete(table):
+        if self._awaiting_steps and table in self._roles.gate_tables and self._complete(table):
             # A step's SteM is complete: what waited for one of its steps may take it.
             waiting, self._awaiting_steps = self._awaiting_steps, []
             for batch in waiting:
@@ -770,7 +701,7 @@ class Eddy:
             self.checker.check_route(batch, destination)
         now = time.perf_counter()
         work = Work(destination, batch, entry.edge_of(destination), routed_at=now)
-        step_table = self._step_tables.get(destination)
+        step_table = self._roles.step_tables.get(destination)
         if step_table is not None:
             work.builds_seen = self._builds.get(step_table, 0)
         visit = self._inline[destination]

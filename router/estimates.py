@@ -24,7 +24,7 @@ observation far outside the estimate (selectivity differs by more than ``DRIFT_Z
 standard errors and by a material amount, or per-tuple cost by more than
 ``DRIFT_COST_RATIO``×) is *drift*: the estimate restarts from that observation, and
 :meth:`Estimates.observe` says so, so the policy can pilot again (see
-:mod:`eddies.router.learning`).
+:mod:`eddies.router.policies.learning`).
 """
 
 from __future__ import annotations

@@ -18,6 +18,7 @@ from eddies.router.estimates import Estimates
 from eddies.router.query_graph import QueryGraph
 from eddies.router.routing_table import Destination
 from eddies.router.udf_calls import UdfStats
+from eddies.settings import current
 
 
 @dataclass
@@ -70,10 +71,6 @@ class RoutingEvent:
     built: bool = True  # False for singletons not yet built into their SteM
 
 
-#: Routing decisions kept in the log; beyond it the oldest half is folded into totals.
-MAX_ROUTE_RECORDS = 1 << 20
-
-
 @dataclass
 class RunStats:
     """What one query run did; filled in by the eddy while it runs."""
@@ -112,6 +109,9 @@ class RunStats:
     # Small returned batches merged into another of their signature before being routed
     # on (one module visit saved each; eddies.router.eddy, ``coalesce_below``).
     coalesced_batches: int = 0
+    # Routing decisions kept in the log; beyond it the oldest half is folded into totals
+    # (eddies.settings.Tuning.route_log_max_records, in force where the stats are made).
+    max_route_records: int = field(default_factory=lambda: current().route_log_max_records)
     _time: array.array = field(default_factory=lambda: array.array("d"))
     _span: array.array = field(default_factory=lambda: array.array("q"))
     _done: array.array = field(default_factory=lambda: array.array("q"))
@@ -140,7 +140,7 @@ class RunStats:
         self._done.append(done)
         self._dest.append(destination)
         self._tuples.append(tuples)
-        if len(self._dest) > MAX_ROUTE_RECORDS:
+        if len(self._dest) > self.max_route_records:
             self._fold(len(self._dest) // 2)
 
     def _fold(self, n: int) -> None:
@@ -165,7 +165,7 @@ class RunStats:
 
     @property
     def routing(self) -> list[RoutingEvent]:
-        """The routing decisions in order (the latest MAX_ROUTE_RECORDS / 2 at least, in a
+        """The routing decisions in order (the latest ``max_route_records`` / 2 at least, in a
         long continuous query; older ones are only in :meth:`routing_summary`)."""
         g = self.graph
         names = [d.name for d in self.destinations]

@@ -30,7 +30,7 @@ from hypothesis.internal.conjecture import engine as _hypothesis_engine
 from oracle import assert_same_bag, assert_same_ordered, duckdb_table, make_catalog
 
 from eddies.engine import POLICIES, execute, explain
-from eddies.router.learning import LEARNING_POLICIES
+from eddies.router.policies.learning import LEARNING_POLICIES
 
 MAX_EXAMPLES = int(os.environ.get("EDDIES_DIFF_EXAMPLES", "40"))
 

@@ -1,5 +1,5 @@
 """Unit tests for the estimates (router/estimates.py) and the learning policies
-(router/learning.py): synthetic observations, counted in tuples, never wall time."""
+(router/policies/learning.py): synthetic observations, counted in tuples, never wall time."""
 
 from __future__ import annotations
 
@@ -12,7 +12,10 @@ from eddies.engine import Catalog, explain, run_query
 from eddies.engine.options import RunOptions
 from eddies.engine.plan.planner import plan_query
 from eddies.router.estimates import Estimates
-from eddies.router.learning import (
+from eddies.router.messages import Returned, Work
+from eddies.router.policies import make_policy
+from eddies.router.policies.base import HOLD
+from eddies.router.policies.learning import (
     HORIZON_SECONDS,
     SMALL_WORK_SECONDS,
     SPLIT_COST_SECONDS,
@@ -21,8 +24,7 @@ from eddies.router.learning import (
     RankPolicy,
     pilot_size,
 )
-from eddies.router.messages import Returned, Work
-from eddies.router.policies import HOLD, LotteryPolicy, make_policy
+from eddies.router.policies.lottery import LotteryPolicy
 from eddies.router.routing_table import RouteEntry
 from eddies.router.tuple_batch import Signature, singleton_batch
 

@@ -13,7 +13,7 @@ from eddies.modules.output import OutputModule
 from eddies.modules.scan import ScanAM
 from eddies.modules.selection import SelectionModule
 from eddies.router.constraints import ConstraintViolation
-from eddies.router.eddy import Source
+from eddies.router.eddy_wiring import Source
 from eddies.router.messages import SourceBatch, SourceDone, Work
 from eddies.router.stats import ModuleStats
 from eddies.router.tuple_batch import Signature, TupleBatch, singleton_batch

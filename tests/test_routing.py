@@ -11,15 +11,11 @@ from eddies.engine import Catalog, EddiesError, execute, open_query, run_query
 from eddies.engine.plan.planner import plan_query
 from eddies.modules.stem import SteM
 from eddies.router.constraints import ConstraintChecker, ConstraintViolation
-from eddies.router.learning import RankPolicy
-from eddies.router.policies import (
-    HOLD,
-    LotteryPolicy,
-    NaivePolicy,
-    StaticPolicy,
-    WindowedLotteryPolicy,
-    make_policy,
-)
+from eddies.router.policies import make_policy
+from eddies.router.policies.base import HOLD
+from eddies.router.policies.learning import RankPolicy
+from eddies.router.policies.lottery import LotteryPolicy, WindowedLotteryPolicy
+from eddies.router.policies.simple import NaivePolicy, StaticPolicy
 from eddies.router.routing_table import RouteEntry, RoutingTable
 from eddies.router.tuple_batch import Signature, TupleBatch, singleton_batch
 

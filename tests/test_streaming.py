@@ -107,16 +107,16 @@ def test_misuse_fails_clearly():
         events.push(EVENTS, 5, start_timeout=0.05)
 
 
-def test_a_long_runs_routing_log_is_bounded_and_its_summary_exact(monkeypatch):
+def test_a_long_runs_routing_log_is_bounded_and_its_summary_exact():
     """A continuous query makes routing decisions forever: the log keeps the latest ones
     and folds the rest into per-signature totals."""
-    import eddies.router.stats as stats_module
+    from eddies.settings import Tuning
 
-    monkeypatch.setattr(stats_module, "MAX_ROUTE_RECORDS", 50)
     cat = Catalog()
     cat.add_table("a", pa.table({"k": list(range(1000))}))
     cat.add_table("b", pa.table({"k": list(range(1000))}))
-    run = run_query("SELECT * FROM a JOIN b ON a.k = b.k", cat, batch_size=5, seed=3)
+    tuning = Tuning(route_log_max_records=50)
+    run = run_query("SELECT * FROM a JOIN b ON a.k = b.k", cat, batch_size=5, seed=3, tuning=tuning)
     stats = run.stats
     assert len(stats.routing) <= 51 < stats.decisions
     routed = sum(sum(per.values()) for per in stats.routing_summary().values())

@@ -20,7 +20,7 @@ import trio
 
 from eddies.engine.options import RunOptions
 from eddies.engine.plan.planner import Plan
-from eddies.engine.plan.scan_filter_choice import pushing, scan_filter_pushes
+from eddies.engine.plan.scan_filter_choice import ScanFilterPush, pushing, scan_filter_pushes
 from eddies.engine.streaming.commit_points import CommitPoints
 from eddies.errors import UnsupportedQueryError
 from eddies.modules import stair as stair_module
@@ -34,11 +34,14 @@ from eddies.modules.stair import StairJoin, StairMigrator
 from eddies.modules.stem import BuildClock, BuildLedger, SteM
 from eddies.modules.window import StreamClock
 from eddies.router.constraints import ConstraintChecker
-from eddies.router.eddy import Eddy, Source
+from eddies.router.eddy import Eddy
+from eddies.router.eddy_wiring import EddyHooks, EddyWiring, Source
+from eddies.router.messages import Returned, Work
 from eddies.router.policies import make_policy
-from eddies.router.routing_table import Destination, DestinationKind, RoutingTable
+from eddies.router.policies.base import RoutingPolicy
+from eddies.router.routing_table import Destination, DestinationKind, FilterOffer, RoutingTable
 from eddies.router.stats import LookupStats, RunStats
-from eddies.settings import current, tuned
+from eddies.settings import tuned
 from eddies.sources.dataset_source import DynamicFilter
 from eddies.sources.stream import StreamTable
 from eddies.sources.table_store import TableStore
@@ -113,138 +116,56 @@ def lower(
 
     Complete tuples will leave as RecordBatches on ``results``; ``stats`` gets the stream
     windows and the lookup statistics. Synchronous: creates trio channels and events but
-    starts no task (callable outside a trio run).
+    starts no task (callable outside a trio run). UnsupportedQueryError when ``plan`` was
+    planned for another join state than ``options.join_state``.
     """
-    graph = plan.graph
-    if plan.join_state != options.join_state:
-        # Only the entry points that apply eddies.engine.plan.join_state may run STAIRs.
-        raise UnsupportedQueryError(
-            f"join_state={options.join_state!r} is not supported here (this entry point "
-            f"plans with {plan.join_state!r})"
-        )
+    _check_join_state(plan, options)
     stairs = plan.join_state != "stems"
-    table_stores = {table: entry.new_store() for table, entry in plan.tables.items()}
-    stores = {a.index: table_stores[a.table] for a in graph.aliases}
-    streams = {t: e.stream for t, e in plan.tables.items() if e.stream is not None}
-    stream_clocks = {t: StreamClock(t, plan.tables[t].window) for t in streams}
-    alias_clocks = {a.index: stream_clocks[a.table] for a in graph.aliases if a.table in streams}
-    stats.windows.update(stream_clocks)
-    # Set when a scan of the table has delivered every row: its index AMs stop looking up,
-    # and (relaxed BuildFirst) its SteM can tell when it is complete.
-    # Relaxed BuildFirst chosen at run time: builds no later tuple can need are skipped.
-    skipping = not stairs and BuildLedger.applies(graph, bool(streams))
-    # SteM filters of tables that are not streams (a stream's SteM is never complete).
-    filters = [
-        d
-        for d in plan.destinations
-        if d.kind is DestinationKind.FILTER and options.filters and d.table not in streams
-    ]
-    ledger = BuildLedger(stats.build_skipped, skipping) if skipping or filters else None
-    scanned = {
-        table: trio.Event()
-        for table, entry in plan.tables.items()
-        if entry.scans and (entry.indexes or graph.unbuilt or ledger is not None)
-    }
-    stems = {} if stairs else _stems(plan, stores, scanned, alias_clocks, ledger, filters)
+    store = _stores_and_clocks(plan)
+    stats.windows.update(store.clocks)
+    filters = _stem_filters(plan, options, store.streams)
+    ledger = _build_ledger(plan, stats, stairs, filters, bool(store.streams))
+    scanned = _scanned_events(plan, ledger)
+    stems = (
+        {} if stairs else _stems(plan, store.aliases, scanned, store.alias_clocks, ledger, filters)
+    )
+    joins = _stair_joins(plan, store.aliases)
     modules: dict[str, Module] = {f"stem:{t}": stem for t, stem in stems.items()}
-    names = [a.name for a in graph.aliases]
-    joins: dict[int, StairJoin] = {}
-    for d in plan.destinations:
-        if d.kind is DestinationKind.JOIN:  # STAIRs (eddies.engine.plan.join_state)
-            joins[d.id] = StairJoin(d.name, graph.predicates[d.predicate], stores, names)
-            modules[d.module] = joins[d.id]
-    # STAIRs migrate; EddyJoins get a (non-migrating) migrator only to route by the
-    # greedy plan of stairs-2004 §4.1 as the paper's do (stair.GREEDY_ROUTING), unless
-    # the static policy fixes the join order (the paper's SHJ plans).
-    migrator = (
-        StairMigrator(
-            joins,
-            graph,
-            stats,
-            totals={a: st.preloaded_rows for a, st in stores.items()},
-            migrates=plan.join_state == "stairs",
-        )
-        if plan.join_state == "stairs"
-        or (
-            plan.join_state == "eddyjoins"
-            and stair_module.GREEDY_ROUTING
-            and options.policy != "static"
-        )
-        else None
-    )
-    for p in graph.predicates:
-        if not p.step:
-            modules[p.name] = SelectionModule(p, stores, ledger)
-    for step in graph.steps:
-        table = graph.aliases[step.alias].table
-        module = JoinStepModule(step, graph, stores, stems[table])
-        modules[module.name] = module
-    modules["output"] = OutputModule(
-        plan.output_columns,
-        [f"{graph.aliases[a].name}.{c}" for a, c in plan.output_columns],
-        stores,
-        results,
-        debug=options.debug,
-    )
-    modules.update(_index_ams(plan, stores, table_stores, scanned, stems, stats))
-
-    commits: CommitPoints | None = None
-    if streams:
-        commits = CommitPoints(
-            list(streams.values()),
-            {t for t, e in plan.tables.items() if e.scans and t not in streams},
-            [stem for stem in stems.values() if stem.stream_clock],
-            {t: stem for t, stem in stems.items() if t in streams},
-            {t: stem for t, stem in stems.items() if t not in streams and graph.has_index(t)},
-        )
-        if options.debug:
-            commits.on_evict = modules["output"].renumber  # type: ignore[attr-defined]
+    modules.update({d.module: joins[d.id] for d in plan.destinations if d.id in joins})
+    migrator = _migrator(plan, options, joins, stats, store.aliases)
+    modules.update(_selections_and_steps(plan, store.aliases, ledger, stems))
+    modules["output"] = _output_module(plan, store.aliases, results, options.debug)
+    modules.update(_index_ams(plan, store.aliases, store.tables, scanned, stems, stats))
+    commits = _commit_points(plan, store.streams, stems, modules["output"], options.debug)
     # Dynamic scan filters: a complete SteM's keys skip another table's row groups.
     pushes = scan_filter_pushes(plan, filters)
     dynamic = {push.scan_table: DynamicFilter() for push in pushes.values()}
-    scans, scan_tables = _scans(plan, table_stores, options, stats, commits, stairs, dynamic)
-    asks = {d.id: functools.partial(stems[d.table].filter_pays, d.id) for d in filters}
-    for d_id, push in pushes.items():
-        asks[d_id] = pushing(asks[d_id], push, stems[push.stem_table], dynamic[push.scan_table])
+    scans, scan_tables = _scans(plan, store.tables, options, stats, commits, stairs, dynamic)
     sources = _sources(plan, scans, scan_tables)
-
-    channels = {
-        name: trio.open_memory_channel(options.queue_capacity or DEFAULT_QUEUE_CAPACITY)
-        for name in modules
-    }
+    capacity = options.queue_capacity or DEFAULT_QUEUE_CAPACITY
+    channels = {name: trio.open_memory_channel(capacity) for name in modules}
     to_eddy, inbox = trio.open_memory_channel(math.inf)
-    routing_table = RoutingTable(graph, plan.destinations)
-    if migrator is not None and migrator.routes:  # greedy routing (stairs-2004 §4.1)
-        routing_table.set_join_choice(migrator.choice)
-        migrator.on_plan_change = routing_table.forget
-    eddy = Eddy(
-        routing_table,
-        make_policy(
-            options.policy,
-            plan.destinations,
-            seed=options.seed,
-            order=options.order,
-            window=options.window,
-        ),
+    wiring = EddyWiring(
+        _routing_table(plan, migrator),
         [channels[d.module][0] for d in plan.destinations],
         sources,
-        stats,
-        # The checker knows SteMs' constraints; with STAIRs the output still checks that
-        # no result is produced twice (debug).
-        ConstraintChecker(graph, plan.destinations) if options.debug and not stairs else None,
-        scanned,
-        stems,
-        on_idle=commits.changed if commits is not None else None,
-        filters=asks,
-        stasis=migrator.at_stasis if migrator is not None else None,
+        inline=_inline_visits(plan, options, modules),
+        scanned=scanned,
+        stems=stems,
         # symmetric hash joins: the order of buffered tuples does not matter
         coalesce_below=stair_module.COALESCE_BELOW if stairs else 0,
-        inline={
-            d.id: functools.partial(process_inline, modules[d.module])
-            for d in plan.destinations
-            if options.inlined and modules[d.module].inline
-        },
     )
+    hooks = EddyHooks(
+        # The checker knows SteMs' constraints; with STAIRs the output still checks that
+        # no result is produced twice (debug).
+        checker=ConstraintChecker(plan.graph, plan.destinations)
+        if options.debug and not stairs
+        else None,
+        on_idle=commits.changed if commits is not None else None,
+        filters=_filter_asks(filters, pushes, stems, dynamic),
+        stasis=migrator.at_stasis if migrator is not None else None,
+    )
+    eddy = Eddy(wiring, _policy(plan, options), stats, hooks)
     if commits is not None:
         commits.checker = eddy.checker
     return Lowered(
@@ -256,7 +177,221 @@ def lower(
         to_eddy,
         inbox,
         commits,
+        list(store.streams.values()),
+    )
+
+
+def _check_join_state(plan: Plan, options: RunOptions) -> None:
+    """UnsupportedQueryError unless ``plan`` was planned for ``options.join_state``."""
+    if plan.join_state != options.join_state:
+        # Only the entry points that apply eddies.engine.plan.join_state may run STAIRs.
+        raise UnsupportedQueryError(
+            f"join_state={options.join_state!r} is not supported here (this entry point "
+            f"plans with {plan.join_state!r})"
+        )
+
+
+@dataclass
+class _Stores:
+    """Where a query's tuples live: per table its store (``tables``), per alias index the
+    store of its table (``aliases``), the stream tables (``streams``), per stream table its
+    window clock (``clocks``) and per alias of one the same clock (``alias_clocks``)."""
+
+    tables: dict[str, TableStore]
+    aliases: dict[int, TableStore]
+    streams: dict[str, StreamTable]
+    clocks: dict[str, StreamClock]
+    alias_clocks: dict[int, StreamClock]
+
+
+def _stores_and_clocks(plan: Plan) -> _Stores:
+    """A new store per table, shared by its aliases, and a StreamClock per stream table."""
+    graph = plan.graph
+    tables = {table: entry.new_store() for table, entry in plan.tables.items()}
+    streams = {t: e.stream for t, e in plan.tables.items() if e.stream is not None}
+    clocks = {t: StreamClock(t, plan.tables[t].window) for t in streams}
+    return _Stores(
+        tables,
+        {a.index: tables[a.table] for a in graph.aliases},
+        streams,
+        clocks,
+        {a.index: clocks[a.table] for a in graph.aliases if a.table in streams},
+    )
+
+
+def _stem_filters(
+    plan: Plan, options: RunOptions, streams: dict[str, StreamTable]
+) -> list[Destination]:
+    """The SteM filters the query may offer: with ``options.filters``, those of tables that
+    are not streams (a stream's SteM is never complete)."""
+    return [
+        d
+        for d in plan.destinations
+        if d.kind is DestinationKind.FILTER and options.filters and d.table not in streams
+    ]
+
+
+def _build_ledger(
+    plan: Plan, stats: RunStats, stairs: bool, filters: list[Destination], streaming: bool
+) -> BuildLedger | None:
+    """The ledger of SteM completeness, when anything needs it: relaxed BuildFirst chosen at
+    run time (builds no later tuple can need are skipped, stems-2003 §3.5; SteMs only, no
+    streams) or SteM filters (offered once their SteM is complete)."""
+    skipping = not stairs and BuildLedger.applies(plan.graph, streaming)
+    return BuildLedger(stats.build_skipped, skipping) if skipping or filters else None
+
+
+def _scanned_events(plan: Plan, ledger: BuildLedger | None) -> dict[str, trio.Event]:
+    """Per scanned table that needs to know, an event set when a scan of it has delivered
+    every row: its index AMs stop looking up, and (relaxed BuildFirst, SteM filters) its
+    SteM can tell when it is complete."""
+    graph = plan.graph
+    return {
+        table: trio.Event()
+        for table, entry in plan.tables.items()
+        if entry.scans and (entry.indexes or graph.unbuilt or ledger is not None)
+    }
+
+
+def _stair_joins(plan: Plan, stores: dict[int, TableStore]) -> dict[int, StairJoin]:
+    """Per JOIN destination (STAIRs, eddies.engine.plan.join_state), its StairJoin; none
+    under SteMs."""
+    names = [a.name for a in plan.graph.aliases]
+    return {
+        d.id: StairJoin(d.name, plan.graph.predicates[d.predicate], stores, names)
+        for d in plan.destinations
+        if d.kind is DestinationKind.JOIN
+    }
+
+
+def _migrator(
+    plan: Plan,
+    options: RunOptions,
+    joins: dict[int, StairJoin],
+    stats: RunStats,
+    stores: dict[int, TableStore],
+) -> StairMigrator | None:
+    """STAIRs migrate; EddyJoins get a (non-migrating) migrator only to route by the
+    greedy plan of stairs-2004 §4.1 as the paper's do (stair.GREEDY_ROUTING), unless
+    the static policy fixes the join order (the paper's SHJ plans). None otherwise."""
+    greedy = (
+        plan.join_state == "eddyjoins"
+        and stair_module.GREEDY_ROUTING
+        and options.policy != "static"
+    )
+    if plan.join_state != "stairs" and not greedy:
+        return None
+    return StairMigrator(
+        joins,
+        plan.graph,
+        stats,
+        totals={a: st.preloaded_rows for a, st in stores.items()},
+        migrates=plan.join_state == "stairs",
+    )
+
+
+def _selections_and_steps(
+    plan: Plan,
+    stores: dict[int, TableStore],
+    ledger: BuildLedger | None,
+    stems: dict[str, SteM],
+) -> dict[str, Module]:
+    """An SM per predicate that is no JoinStep's, then a JoinStepModule per step (outer
+    and semi-joins), each probing its table's SteM."""
+    graph = plan.graph
+    modules: dict[str, Module] = {}
+    for p in graph.predicates:
+        if not p.step:
+            modules[p.name] = SelectionModule(p, stores, ledger)
+    for step in graph.steps:
+        table = graph.aliases[step.alias].table
+        module = JoinStepModule(step, graph, stores, stems[table])
+        modules[module.name] = module
+    return modules
+
+
+def _output_module(
+    plan: Plan, stores: dict[int, TableStore], results: trio.MemorySendChannel, debug: bool
+) -> OutputModule:
+    """The output module: complete tuples' output columns, as RecordBatches on ``results``."""
+    graph = plan.graph
+    return OutputModule(
+        plan.output_columns,
+        [f"{graph.aliases[a].name}.{c}" for a, c in plan.output_columns],
+        stores,
+        results,
+        debug=debug,
+    )
+
+
+def _commit_points(
+    plan: Plan,
+    streams: dict[str, StreamTable],
+    stems: dict[str, SteM],
+    output: Module,
+    debug: bool,
+) -> CommitPoints | None:
+    """The commit points of a query over stream tables (None without streams): the static
+    tables are read first, windowed SteMs evict, stream and index SteMs checkpoint."""
+    if not streams:
+        return None
+    graph = plan.graph
+    commits = CommitPoints(
         list(streams.values()),
+        {t for t, e in plan.tables.items() if e.scans and t not in streams},
+        [stem for stem in stems.values() if stem.stream_clock],
+        {t: stem for t, stem in stems.items() if t in streams},
+        {t: stem for t, stem in stems.items() if t not in streams and graph.has_index(t)},
+    )
+    if debug:
+        commits.on_evict = output.renumber  # type: ignore[attr-defined]
+    return commits
+
+
+def _filter_asks(
+    filters: list[Destination],
+    pushes: dict[int, ScanFilterPush],
+    stems: dict[str, SteM],
+    dynamic: dict[str, DynamicFilter],
+) -> dict[int, Callable[[], FilterOffer | None]]:
+    """Per SteM filter, the call asking its SteM whether the filter pays; where its keys
+    also filter another table's scan (``pushes``), the call pushes them the first time."""
+    asks = {d.id: functools.partial(stems[d.table].filter_pays, d.id) for d in filters}
+    for d_id, push in pushes.items():
+        asks[d_id] = pushing(asks[d_id], push, stems[push.stem_table], dynamic[push.scan_table])
+    return asks
+
+
+def _routing_table(plan: Plan, migrator: StairMigrator | None) -> RoutingTable:
+    """The routing table; under greedy routing (stairs-2004 §4.1) the migrator's plan
+    chooses the joins, and a change of plan makes the table forget its entries."""
+    routing_table = RoutingTable(plan.graph, plan.destinations)
+    if migrator is not None and migrator.routes:
+        routing_table.set_join_choice(migrator.choice)
+        migrator.on_plan_change = routing_table.forget
+    return routing_table
+
+
+def _inline_visits(
+    plan: Plan, options: RunOptions, modules: dict[str, Module]
+) -> dict[int, Callable[[Work], Returned]]:
+    """Per destination whose module never waits, the call that visits it inline (unless
+    ``options`` turns inline visits off)."""
+    return {
+        d.id: functools.partial(process_inline, modules[d.module])
+        for d in plan.destinations
+        if options.inlined and modules[d.module].inline
+    }
+
+
+def _policy(plan: Plan, options: RunOptions) -> RoutingPolicy:
+    """The routing policy ``options`` name, over the plan's destinations."""
+    return make_policy(
+        options.policy,
+        plan.destinations,
+        seed=options.seed,
+        order=options.order,
+        window=options.window,
     )
 
 
@@ -450,7 +585,7 @@ async def run_plan(
     here) is in force for the whole run, in every task it spawns.
     """
     # The knobs in force for every module created and every task spawned below.
-    with tuned(options.tuning or current()):
+    with tuned(options.knobs()):
         parts = lower(plan, options, results, stats)
         if parts.commits is not None and on_commit_points is not None:
             on_commit_points(parts.commits)

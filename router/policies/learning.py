@@ -8,7 +8,7 @@ destination, decayed with a half-life in tuples) and share the batching of
   AM lookup — has no estimate here nor anywhere), and when an estimate at it drifts, the
   next batch of that signature is split: a pilot of :func:`pilot_size` tuples (n/256,
   from ``MIN_PILOT_TUPLES`` to ``PILOT_TUPLES``) goes to each such choice, and the rest
-  is held (:data:`~eddies.router.policies.HOLD`) until the pilots have answered — or
+  is held (:data:`~eddies.router.policies.base.HOLD`) until the pilots have answered — or
   until an observed choice outranks every pilot still out whatever it will show (a pilot
   of k tuples out for t seconds is a censored observation: rank ≥ −k/t), so a slow async
   UDF's pilot holds nothing back once a cheap selective predicate has answered.
@@ -80,7 +80,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from eddies.router.estimates import Estimate
-from eddies.router.policies import HOLD, Choice, HasRoom, LotteryPolicy, RoutingPolicy
+from eddies.router.policies.base import HOLD, Choice, HasRoom, Observation, RoutingPolicy
+from eddies.router.policies.lottery import LotteryPolicy
 from eddies.router.routing_table import DestinationKind, RouteEntry
 from eddies.router.tuple_batch import Signature
 
@@ -294,26 +295,18 @@ class LearningPolicy(RoutingPolicy):
         total = self.estimates.by_destination.get(dest)
         return total is None or total.observations == 0
 
-    def on_observed(
-        self,
-        signature: Signature,
-        destination: int,
-        tuples_in: int,
-        tuples_out: int,
-        seconds: float,
-        drift: bool,
-    ) -> None:
-        state = self._state.get(signature)
+    def on_observed(self, seen: Observation) -> None:
+        state = self._state.get(seen.signature)
         if state is None:
             return
-        state.piloting.pop(destination, None)
-        state.stale.discard(destination)
-        if drift:
+        state.piloting.pop(seen.destination, None)
+        state.stale.discard(seen.destination)
+        if seen.drift:
             state.level = 0
             state.blocking = True
             # Pilot every other choice again: what changed here may have changed there.
-            state.stale.update(a for a in self.estimates.by_signature.get(signature, {}))
-            state.stale.discard(destination)
+            state.stale.update(a for a in self.estimates.by_signature.get(seen.signature, {}))
+            state.stale.discard(seen.destination)
         else:
             state.level += 1
 
@@ -361,17 +354,11 @@ class BanditPolicy(LearningPolicy):
                 best, best_index = a, index
         return best
 
-    def on_observed(
-        self,
-        signature: Signature,
-        destination: int,
-        tuples_in: int,
-        tuples_out: int,
-        seconds: float,
-        drift: bool,
-    ) -> None:
-        super().on_observed(signature, destination, tuples_in, tuples_out, seconds, drift)
-        if drift:  # the estimate restarted: so do its rewards
+    def on_observed(self, seen: Observation) -> None:
+        super().on_observed(seen)
+        signature, destination, tuples_in = seen.signature, seen.destination, seen.tuples_in
+        tuples_out, seconds = seen.tuples_out, seen.seconds
+        if seen.drift:  # the estimate restarted: so do its rewards
             self._rewards.pop((signature, destination), None)
         arms = self.estimates.by_signature.get(signature, {})
         if len(arms) < 2 or tuples_in <= 0:
