@@ -52,7 +52,11 @@ async def eddy_batches(plan: Plan, options: RunOptions) -> list[pa.RecordBatch]:
     """One eddy over ``plan``: its output batches (columns as in ``plan.output_columns``),
     not finished (no aggregation, DISTINCT, ORDER BY or LIMIT). Raises the query's own
     error, not trio's exception group around it."""
-    stats = RunStats(plan.graph, plan.destinations)
+    stats = RunStats(
+        plan.graph,
+        plan.destinations,
+        max_route_records=options.knobs().route_log_max_records,
+    )
     send, receive = trio.open_memory_channel(math.inf)
     batches: list[pa.RecordBatch] = []
     try:
