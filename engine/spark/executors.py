@@ -460,15 +460,14 @@ def _partials_fn(task: _Task) -> Callable:
             plan = plan_query(task.sql, cat)
             for batch in await eddy_batches(plan, task.options):
                 await agg.push(batch)
-            agg._flush()
-            return agg._state
+            return agg.partial_state()
 
         started = time.perf_counter()
         partial = trio.run(main, clock=run_clock())
         _count(task, table.num_rows, time.perf_counter() - started)
         if partial is None or partial.num_rows == 0:
             return
-        keys = agg._keys()
+        keys = agg.key_columns
         column = _buckets_of(partial, keys, task.buckets)
         partial = partial.append_column(BUCKET, pa.array(column))
         yield from _pack_fn(BUCKET)([b for b in partial.to_batches()])
@@ -485,10 +484,10 @@ def _aggregate_state_fn(task: _Task) -> Callable:
         agg = _aggregate(task)
         tables = ([_unipc(state.get[0])] if state.exists else []) + partials
         started = time.perf_counter()
-        agg._state = agg._merge(_concat(tables))
-        out = trio.run(agg._emit, False, clock=run_clock())
+        agg.merge_partials(_concat(tables))
+        out = trio.run(agg.increment, clock=run_clock())
         _count(task, 0, time.perf_counter() - started)
-        state.update((_ipc(agg._state),))
+        state.update((_ipc(agg.snapshot()),))
         if out:
             yield pd.DataFrame({"blob": [_ipc(pa.Table.from_batches(out))]})
 

@@ -304,6 +304,30 @@ class StreamingAggregate(Finalizer):
         query (before the query starts; the stats are restored by the caller)."""
         self._state = state
 
+    # -------------------------------------------------- two-phase aggregation
+    @property
+    def key_columns(self) -> list[str]:
+        """The state's group-key columns, ``__g0`` .. ``__g<k-1>``."""
+        return self._keys()
+
+    def partial_state(self) -> pa.Table | None:
+        """Fold the buffered rows in and return the per-group partial states (as
+        :meth:`snapshot`): what one partition's eddy ships to its groups' owner
+        (engine/spark/executors.py), None if no row was folded in."""
+        self._flush()
+        return self._state
+
+    def merge_partials(self, partials: pa.Table) -> None:
+        """Make the state one row per group of ``partials`` (earlier state rows and
+        partial states of the same groups, concatenated): the combine step of a
+        two-phase aggregate."""
+        self._state = self._merge(partials)
+
+    async def increment(self) -> list[pa.RecordBatch]:
+        """The rows the current state emits at a commit point (by the output mode),
+        without advancing the watermark."""
+        return await self._emit(end=False)
+
     # ------------------------------------------------------------------ input
     async def push(self, batch: pa.RecordBatch) -> list[pa.RecordBatch]:
         spec = self.spec
