@@ -63,7 +63,7 @@ from eddies.engine.above.finalize import (
     narrow_sums,
     widen_risky_sums,
 )
-from eddies.engine.expr.compile import HopWindow, TimeBucket, floor_us
+from eddies.engine.expr.functions.event_time import HopWindow, TimeBucket, floor_us
 from eddies.engine.options import RunOptions
 from eddies.engine.plan.planner import FinalizeSpec, Plan
 from eddies.errors import EddiesError, UnsupportedQueryError
