@@ -46,7 +46,9 @@ from sqlglot import exp
 from eddies.engine import rewrite
 from eddies.engine.above.duckdb_runtime import run_above
 from eddies.engine.catalog import CatalogTable
-from eddies.engine.expr.compile import MORE_THAN_ONE_ROW, cast_to, common_type
+from eddies.engine.expr.casts import cast_to
+from eddies.engine.expr.functions.scalar_subquery import MORE_THAN_ONE_ROW
+from eddies.engine.expr.types import common_type
 from eddies.engine.frontend.allowlist import (
     composite_construct,
     is_filter_body,

@@ -35,7 +35,8 @@ import pyarrow.compute as pc
 from sqlglot import exp
 
 from eddies.engine.catalog import Catalog, CatalogTable
-from eddies.engine.expr.compile import LazySql, compile_expr, is_hop_window
+from eddies.engine.expr.compile import LazySql, compile_expr
+from eddies.engine.expr.functions.event_time import is_hop_window
 from eddies.engine.frontend.parse import QueryBlock, TableRef, parse_query
 from eddies.engine.plan import outer_and_semi_joins as join_steps
 from eddies.engine.plan.pushdown import needed_columns, scan_filter

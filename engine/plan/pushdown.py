@@ -23,7 +23,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from sqlglot import exp
 
-from eddies.engine.expr.compile import compile_expr, unify
+from eddies.engine.expr.casts import unify
+from eddies.engine.expr.compile import compile_expr
 from eddies.errors import EddiesError
 from eddies.router.expressions import KERNEL_ERRORS
 

@@ -56,7 +56,7 @@ from typing import Any
 import pyarrow as pa
 from sqlglot import exp
 
-from eddies.engine.expr.compile import ONE_ROW
+from eddies.engine.expr.functions.scalar_subquery import ONE_ROW
 from eddies.engine.frontend.allowlist import is_semi_join, membership_subquery
 from eddies.engine.frontend.parse import conjuncts_of
 from eddies.errors import UnsupportedQueryError, describe

@@ -62,7 +62,7 @@ from eddies.engine.above.relational import (
     select_groups,
     widen_risky_sums,
 )
-from eddies.engine.expr.compile import HopWindow, TimeBucket, floor_us
+from eddies.engine.expr.functions.event_time import HopWindow, TimeBucket, floor_us
 from eddies.engine.options import RunOptions
 from eddies.engine.plan.planner import FinalizeSpec, Plan
 from eddies.errors import EddiesError, UnsupportedQueryError
