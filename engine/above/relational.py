@@ -34,8 +34,9 @@ if TYPE_CHECKING:
 # ------------------------------------------------------------------- before aggregation
 def explode_windows(pre: pa.RecordBatch, group: list[Any]) -> pa.RecordBatch:
     """``pre`` (group keys first) with a row per window of each row when a key is
-    ``window(...)`` (:class:`~eddies.engine.expr.functions.event_time.HopWindow`: a list of window starts per
-    row): the list flattened, the other columns repeated (a row with no window is gone)."""
+    ``window(...)`` (:class:`~eddies.engine.expr.functions.event_time.HopWindow`: a list
+    of window starts per row): the list flattened, the other columns repeated (a row with
+    no window is gone)."""
     from eddies.engine.expr.functions.event_time import HopWindow
 
     hops = [i for i, g in enumerate(group) if isinstance(g, Call) and isinstance(g.fn, HopWindow)]
