@@ -30,7 +30,8 @@ import structlog
 
 from eddies.modules.base import Module
 from eddies.modules.key_encoding import KeyDictionary, encode_rows, uses_dictionary
-from eddies.modules.stem_index import GrowableArray, SortedRunIndex
+from eddies.modules.stem.index import SortedRunIndex
+from eddies.modules.stem.storage import GrowableArray
 from eddies.router.estimates import DEFAULT_HALF_LIFE
 from eddies.router.messages import Work
 from eddies.router.query_graph import Predicate, QueryGraph

@@ -1,12 +1,12 @@
 """Bounded intermediate results (issue 9): a SteM probe returns at most
-``stem.MAX_OUTPUT_ROWS`` tuples per Work and hands its rest back as a continuation, which
-the eddy sends again only while its backlog is below ``eddy.MAX_BUFFERED_TUPLES``.
+``Tuning.stem_max_output_rows`` tuples per Work and hands its rest back as a continuation,
+which the eddy sends again only while its backlog is below ``eddy.MAX_BUFFERED_TUPLES``.
 
 Checked here: the backlog of a cross join whose WHERE keeps nothing stays bounded (it held
 4.3 million of 9 million pairs at once before); results stay DuckDB's when probes are cut
-into many parts (small bounds monkeypatched in), under every policy and batch size, with
-NULLs, duplicates, self-joins, 3-way joins, floating tuples and index AMs; LIMIT still
-stops early.
+into many parts (small bounds set with ``eddies.settings.tuned``), under every policy and
+batch size, with NULLs, duplicates, self-joins, 3-way joins, floating tuples and index
+AMs; LIMIT still stops early.
 """
 
 from __future__ import annotations
@@ -18,9 +18,9 @@ from oracle import assert_same_bag, duckdb_table
 
 from eddies.engine import Catalog, run_query
 from eddies.engine.execution.run import DEFAULT_QUEUE_CAPACITY
-from eddies.modules import stem
 from eddies.router import eddy
 from eddies.router.policies import POLICIES
+from eddies.settings import current, tuned
 
 ALWAYS_FALSE = "SELECT * FROM a, b WHERE a.x + b.y < -1"
 
@@ -42,9 +42,9 @@ def _catalog(tables: dict[str, pa.Table], **kwargs) -> Catalog:
 
 def _slack(n_stems: int) -> int:
     """What may arrive beyond the backlog bound: the answers of the fresh (not resumed)
-    probe Works in flight, at most MAX_OUTPUT_ROWS each, one being processed and a full
-    queue per SteM."""
-    return n_stems * (DEFAULT_QUEUE_CAPACITY + 1) * stem.MAX_OUTPUT_ROWS
+    probe Works in flight, at most ``Tuning.stem_max_output_rows`` each (the knob in
+    force), one being processed and a full queue per SteM."""
+    return n_stems * (DEFAULT_QUEUE_CAPACITY + 1) * current().stem_max_output_rows
 
 
 def test_cross_join_keeping_nothing_buffers_a_bounded_backlog():
@@ -64,17 +64,18 @@ def test_cross_join_keeping_nothing_buffers_a_bounded_backlog():
 def test_backlog_bound_holds_when_probes_are_cut_into_hundreds_of_parts(monkeypatch, policy):
     """Small bounds: 360,000 pairs in parts of 1,000; the backlog stays under 4,000 plus
     the slack, under every policy."""
-    monkeypatch.setattr(stem, "MAX_OUTPUT_ROWS", 1000)
     monkeypatch.setattr(eddy, "MAX_BUFFERED_TUPLES", 4000)
     tables = _cross_tables(600)
-    run = run_query(ALWAYS_FALSE, _catalog(tables), policy=policy, seed=1, debug=True)
+    with tuned(stem_max_output_rows=1000):
+        run = run_query(ALWAYS_FALSE, _catalog(tables), policy=policy, seed=1, debug=True)
+        slack = _slack(2)
     assert run.table.num_rows == 0
     probes = [s for n, s in run.stats.modules.items() if n.startswith("probe:")]
     assert sum(s.tuples_out for s in probes) == 600 * 600
     # Each tuple probes the other SteM once, counted in once however many parts it took.
     assert sum(s.tuples_in for s in probes) == 600 + 600
     peak = run.stats.peak_buffered_tuples
-    assert peak <= 4000 + _slack(2)
+    assert peak <= 4000 + slack
 
 
 def _bag_tables() -> dict[str, pa.Table]:
@@ -108,7 +109,6 @@ QUERIES = {
 def test_results_equal_duckdb_when_probes_exceed_the_bound(monkeypatch, name):
     """Output bound 7, backlog bound 20: probes go in many parts, single tuples' matches
     are sliced, continuations are held; every policy, batch sizes 1, 7 and the default."""
-    monkeypatch.setattr(stem, "MAX_OUTPUT_ROWS", 7)
     monkeypatch.setattr(eddy, "MAX_BUFFERED_TUPLES", 20)
     sql = QUERIES[name]
     tables = _bag_tables()
@@ -116,11 +116,12 @@ def test_results_equal_duckdb_when_probes_exceed_the_bound(monkeypatch, name):
     expected = duckdb_table(sql, used)
     assert expected.num_rows > 7
     cat = _catalog(used)
-    for policy in POLICIES:
-        for batch_size in (1, 7, None):
-            run = run_query(sql, cat, policy=policy, batch_size=batch_size, seed=2, debug=True)
-            ctx = f"policy={policy} batch_size={batch_size}"
-            assert_same_bag(run.table, sql, used, context=ctx, expected=expected)
+    with tuned(stem_max_output_rows=7):
+        for policy in POLICIES:
+            for batch_size in (1, 7, None):
+                run = run_query(sql, cat, policy=policy, batch_size=batch_size, seed=2, debug=True)
+                ctx = f"policy={policy} batch_size={batch_size}"
+                assert_same_bag(run.table, sql, used, context=ctx, expected=expected)
 
 
 @pytest.mark.parametrize("name", ["many-to-many", "three-way", "cross-filtered"])
@@ -128,24 +129,24 @@ def test_floating_tuples_probed_in_parts_find_every_match_once(monkeypatch, name
     """Relaxed BuildFirst (stems-2003 §3.5): a never-built table's tuples probe SteMs
     that are still filling, in parts; each part is bounded by the horizon its probe began
     with, so a floating tuple bounced back neither misses nor repeats a match."""
-    monkeypatch.setattr(stem, "MAX_OUTPUT_ROWS", 5)
     monkeypatch.setattr(eddy, "MAX_BUFFERED_TUPLES", 12)
     sql = QUERIES[name]
     tables = _bag_tables()
     used = {t: tables[t] for t in tables if f" {t} " in sql + " " or f" {t}," in sql}
     expected = duckdb_table(sql, used)
-    for policy in POLICIES:
-        cat = Catalog()
-        for t, table in used.items():
-            cat.add_table(t, table, build=t != "a", rate=None if t == "a" else 3000.0, batch_size=4)
-        run = run_query(sql, cat, policy=policy, seed=4, debug=True)
-        assert_same_bag(run.table, sql, used, context=policy, expected=expected)
+    with tuned(stem_max_output_rows=5):
+        for policy in POLICIES:
+            cat = Catalog()
+            for t, table in used.items():
+                rate = None if t == "a" else 3000.0
+                cat.add_table(t, table, build=t != "a", rate=rate, batch_size=4)
+            run = run_query(sql, cat, policy=policy, seed=4, debug=True)
+            assert_same_bag(run.table, sql, used, context=policy, expected=expected)
 
 
 def test_index_am_joins_probed_in_parts(monkeypatch):
     """An index-only table (stems-2003 §3.3-3.4): prior probers are bounced once per
     probe, when it begins, even when the probe's matches come in many parts."""
-    monkeypatch.setattr(stem, "MAX_OUTPUT_ROWS", 6)
     monkeypatch.setattr(eddy, "MAX_BUFFERED_TUPLES", 15)
     tables = _bag_tables()
     b = tables["b"]
@@ -161,16 +162,17 @@ def test_index_am_joins_probed_in_parts(monkeypatch):
             cat.add_table("a", tables["a"])
             cat.add_table("c", tables["c"])
             cat.add_index("b", b.schema, on=["k"], lookup=lookup)
-            run = run_query(sql, cat, policy=policy, batch_size=batch_size, seed=5, debug=True)
+            with tuned(stem_max_output_rows=6):
+                run = run_query(sql, cat, policy=policy, batch_size=batch_size, seed=5, debug=True)
             ctx = f"policy={policy} batch_size={batch_size}"
             assert_same_bag(run.table, sql, tables, context=ctx, expected=expected)
 
 
 def test_limit_stops_a_huge_cross_join_early():
     """LIMIT over 9 million pairs: the query stops after a few probe parts, long before
-    the pairs are all made (each part is at most MAX_OUTPUT_ROWS)."""
+    the pairs are all made (each part is at most ``Tuning.stem_max_output_rows``)."""
     tables = _cross_tables(3000)
     run = run_query("SELECT * FROM a, b LIMIT 5", _catalog(tables), seed=0)
     assert run.table.num_rows == 5
     made = sum(s.tuples_out for n, s in run.stats.modules.items() if n.startswith("probe:"))
-    assert made <= 8 * stem.MAX_OUTPUT_ROWS, made
+    assert made <= 8 * current().stem_max_output_rows, made

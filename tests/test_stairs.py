@@ -641,7 +641,7 @@ def test_sorted_run_index_without_equals_a_fresh_index(seed):
     from the kept entries, renumbered, would — dense and sparse runs, duplicates."""
     import numpy as np
 
-    from eddies.modules.stem_index import SortedRunIndex
+    from eddies.modules.stem.index import SortedRunIndex
 
     rng = np.random.default_rng(seed)
     n = int(rng.integers(1, 3000))
