@@ -23,7 +23,6 @@ from eddies.engine.plan.planner import Plan
 from eddies.engine.plan.scan_filter_choice import pushing, scan_filter_pushes
 from eddies.engine.streaming.commit_points import CommitPoints
 from eddies.errors import UnsupportedQueryError
-from eddies.modules import stair as stair_module
 from eddies.modules.base import Module, process_inline
 from eddies.modules.index_am import IndexAM
 from eddies.modules.join_step import JoinStepModule
@@ -154,7 +153,7 @@ def lower(
             joins[d.id] = StairJoin(d.name, graph.predicates[d.predicate], stores, names)
             modules[d.module] = joins[d.id]
     # STAIRs migrate; EddyJoins get a (non-migrating) migrator only to route by the
-    # greedy plan of stairs-2004 §4.1 as the paper's do (stair.GREEDY_ROUTING), unless
+    # greedy plan of stairs-2004 §4.1 as the paper's do (Tuning.stair_greedy_routing), unless
     # the static policy fixes the join order (the paper's SHJ plans).
     migrator = (
         StairMigrator(
@@ -167,7 +166,7 @@ def lower(
         if plan.join_state == "stairs"
         or (
             plan.join_state == "eddyjoins"
-            and stair_module.GREEDY_ROUTING
+            and current().stair_greedy_routing
             and options.policy != "static"
         )
         else None
@@ -238,7 +237,7 @@ def lower(
         filters=asks,
         stasis=migrator.at_stasis if migrator is not None else None,
         # symmetric hash joins: the order of buffered tuples does not matter
-        coalesce_below=stair_module.COALESCE_BELOW if stairs else 0,
+        coalesce_below=current().stair_coalesce_below if stairs else 0,
         inline={
             d.id: functools.partial(process_inline, modules[d.module])
             for d in plan.destinations
