@@ -23,9 +23,9 @@ plans (the ``static`` policy over EddyJoins, the paper's SHJ). Sections (``--sec
 
 Routing among the joins (``--join-routing``): ``greedy`` (default) routes STAIRs and
 EddyJoins alike by the cumulative-selectivity plan of §4.1, recomputed every 1000
-tuples, as every experiment of the paper does (``stair.GREEDY_ROUTING``; SMs, and SteMs,
+tuples, as every experiment of the paper does (``Tuning.stair_greedy_routing``; SMs, and SteMs,
 by ``--policy``: SteMs' own greedy rule of §4.1 is not built); Fig. 8 starts both from
-the same random plan (§5.3, ``stair.INITIAL_PLAN_SEED``). ``policy`` routes the joins by
+the same random plan (§5.3, ``Tuning.stair_initial_plan_seed``). ``policy`` routes the joins by
 ``--policy``. §5.4 shows both. Timed runs are garbage collected first and their repeats
 taken in turns (the technique order rotated each turn, after one uncounted warm-up run
 per query); each technique's CPU is its least over the turns (``CPU_METHOD``). The
@@ -62,7 +62,8 @@ from adaptive import TPCH_SQL, stairs_tables, tpch_tables
 from common import console, engine_or_exit, fmt_ms, print_table
 
 from eddies.engine import Catalog, QueryRun, RunOptions, explain, open_query, run_query
-from eddies.modules import stair
+from eddies.modules.stair import migration
+from eddies.settings import current, tuned
 
 OUT = pathlib.Path(__file__).resolve().parent / "out"
 SQL_54 = "SELECT count(*) FROM r, s, t WHERE r.a = s.a AND s.b = t.b"
@@ -193,15 +194,11 @@ class Timed(NamedTuple):
 
 
 def routed(sql: str, cat: Catalog, kw: dict):
-    """run_query with ``kw``; its ``greedy`` key (default: ``stair.GREEDY_ROUTING`` as
-    set) makes STAIRs and EddyJoins route among the joins by the §4.1 plan."""
+    """run_query with ``kw``; its ``greedy`` key (default: ``Tuning.stair_greedy_routing``
+    in force) makes STAIRs and EddyJoins route among the joins by the §4.1 plan."""
     kw = dict(kw)
-    saved = stair.GREEDY_ROUTING
-    stair.GREEDY_ROUTING = kw.pop("greedy", saved)
-    try:
+    with tuned(stair_greedy_routing=kw.pop("greedy", current().stair_greedy_routing)):
         return replayed(sql, cat, **kw) if CLOCK == "virtual" else run_query(sql, cat, **kw)
-    finally:
-        stair.GREEDY_ROUTING = saved
 
 
 def run_set(sql, cat, runs: dict, expected: int, repeat: int, base: int):
@@ -364,30 +361,30 @@ def section_7ii(args, tables) -> None:
     rows = []
     # As the paper's: STAIRs routing by the greedy plan, neither the routing decisions
     # nor the state may change before the first check.
-    saved = stair.FIRST_CHECK, stair.GREEDY_ROUTING
-    stair.GREEDY_ROUTING = True
+    saved = migration.FIRST_CHECK
     try:
-        for frac in [float(x) for x in args.delays.split(",")]:
-            stair.FIRST_CHECK = int(frac * total)
-            kw = {"policy": args.policy, "join_state": "stairs", "batch_size": args.batch_size}
-            _, res = run_set(TPCH_SQL, cat, {"x": kw}, expected, 1, total)
-            run, wall, cpu, _ = res["x"]
-            st = run.stats
-            rows.append(
-                [
-                    f"{frac:.0%}",
-                    fmt_ms(wall),
-                    fmt_ms(cpu),
-                    f"{join_work(st):,}",
-                    str(st.stair_migrations),
-                    f"{moved(st):,}",
-                    f"{st.stair_demotions:,}",
-                    f"{work(st, total):,}",
-                    f"{moved(st) / work(st, total):.1%}",
-                ]
-            )
+        with tuned(stair_greedy_routing=True):
+            for frac in [float(x) for x in args.delays.split(",")]:
+                migration.FIRST_CHECK = int(frac * total)
+                kw = {"policy": args.policy, "join_state": "stairs", "batch_size": args.batch_size}
+                _, res = run_set(TPCH_SQL, cat, {"x": kw}, expected, 1, total)
+                run, wall, cpu, _ = res["x"]
+                st = run.stats
+                rows.append(
+                    [
+                        f"{frac:.0%}",
+                        fmt_ms(wall),
+                        fmt_ms(cpu),
+                        f"{join_work(st):,}",
+                        str(st.stair_migrations),
+                        f"{moved(st):,}",
+                        f"{st.stair_demotions:,}",
+                        f"{work(st, total):,}",
+                        f"{moved(st) / work(st, total):.1%}",
+                    ]
+                )
     finally:
-        stair.FIRST_CHECK, stair.GREEDY_ROUTING = saved
+        migration.FIRST_CHECK = saved
     print_table(
         f"Fig. 7(ii): STAIRs routing by the greedy plan (SMs: {args.policy}), first routing "
         "change and migration delayed until a fraction of the input was admitted",
@@ -493,11 +490,8 @@ def section_8(args) -> None:
         base = sum(len(t) for t in tables.values())
         # "The initial plan for all techniques was also chosen randomly" (§5.3): with
         # greedy routing, STAIRs and EddyJoins start from the same random plan.
-        stair.INITIAL_PLAN_SEED = seed
-        try:
+        with tuned(stair_initial_plan_seed=seed):
             _, res = run_set(sql, cat, runs, expected, args.repeat, base)
-        finally:
-            stair.INITIAL_PLAN_SEED = None
         w = {js: work(res[js][0].stats, base) for js in techniques}
         ratios["eddyjoins"].append(w["stairs"] / w["eddyjoins"])
         ratios["stems"].append(w["stairs"] / w["stems"])
@@ -624,19 +618,19 @@ def main(argv: list[str] | None = None) -> int:
     global CLOCK
     CLOCK = args.clock
     console.print(f"clock: {args.clock} — {CLOCKS[args.clock]}")
-    stair.GREEDY_ROUTING = args.join_routing == "greedy"  # Fig. 7 and 8
     sections = set(args.sections.split(","))
-    if "5.4" in sections:
-        section_54(args)
-    if sections & {"7i", "7ii", "7iii"}:
-        tables = tpch(args)
-        results = section_7i(args, tables) if sections & {"7i", "7iii"} else {}
-        if "7ii" in sections:
-            section_7ii(args, tables)
-        if "7iii" in sections:
-            section_7iii(results)
-    if "8" in sections:
-        section_8(args)
+    with tuned(stair_greedy_routing=args.join_routing == "greedy"):  # Fig. 7 and 8
+        if "5.4" in sections:
+            section_54(args)
+        if sections & {"7i", "7ii", "7iii"}:
+            tables = tpch(args)
+            results = section_7i(args, tables) if sections & {"7i", "7iii"} else {}
+            if "7ii" in sections:
+                section_7ii(args, tables)
+            if "7iii" in sections:
+                section_7iii(results)
+        if "8" in sections:
+            section_8(args)
     return 0
 
 

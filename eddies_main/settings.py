@@ -58,22 +58,40 @@ class Tuning:
     #: source tuples were admitted (stairs-2004 §5.1: every 1000 tuples); tuples.
     stair_check_every: int = 1000
     #: STAIRs: True routes by the greedy plan itself (stairs-2004 §4.1, the benches'
-    #: setting); False (default): the policy routes and the migrator moves what it misrouted.
+    #: setting, as the paper's STAIRs and EddyJoins do: the policy still orders SMs and the
+    #: join; EddyJoins re-plan at the same checks but never migrate); False (default): the
+    #: policy routes and the migrator moves what it misrouted (on bench/stairs.py 4-14×
+    #: fewer intermediate tuples than greedy routing).
     stair_greedy_routing: bool = False
-    #: STAIRs: the fixed cost of one migration (promotion/demotion of a cohort), in stored
-    #: tuples' worth of work; default 1000 (bench/README.md, Fig. 8).
+    #: STAIRs: the fixed cost of one migration (promotion/demotion of a cohort), in
+    #: intermediate tuples' worth of work: whatever it moves, it rebuilds the groups holding
+    #: the relation and routes the cohort and its results through the joins in a few eddy
+    #: visits; default 1000 (bench/README.md, Fig. 8: 3-5 small migrations of 100-650
+    #: tuples cost STAIRs 1.1-1.4× EddyJoins' CPU).
     stair_migration_cost: int = 1000
-    #: STAIRs: probe answers below this many tuples are coalesced across signatures into
-    #: one eddy visit; tuples, default 128; 0: never.
+    #: STAIRs: the eddy merges returned batches of fewer tuples than this with the others
+    #: of their signature waiting in its priority buffer before routing them on (a probe of
+    #: a STAIR holding several signatures — after a migration especially — returns one
+    #: small batch per signature, and their paths meet again: one module visit, ~0.1 ms,
+    #: for all; eddies.router.eddy); tuples, default 128; 0: never. Read when a query is
+    #: lowered.
     stair_coalesce_below: int = 128
-    #: STAIRs: the cost of one more module visit, in stored tuples' worth of work, weighed
-    #: against moving a remnant with its cohort; default 100.
+    #: STAIRs: the cost of one more module visit a migration causes later, in intermediate
+    #: tuples' worth of work (a visit ~0.1 ms, making and routing on an intermediate tuple
+    #: ~1 µs; bench/README.md, issue 11): a span more in a STAIR splits each later probe's
+    #: answer into one batch more; also weighed against moving a remnant with its cohort;
+    #: default 100.
     stair_visit_cost: int = 100
-    #: STAIRs under greedy routing: a seed drawing the initial plan (random fan-outs,
-    #: stairs-2004 §5.3); None (default): every fan-out 1.
+    #: STAIRs under greedy routing: a seed drawing the plan used before the first check
+    #: (the greedy plan under random fan-outs, 0.01-100 log-uniform per join side: "the
+    #: initial plan ... chosen randomly", stairs-2004 §5.3); None (default): every fan-out
+    #: 1 (ties to the lower join id).
     stair_initial_plan_seed: int | None = None
-    #: STAIRs: a cohort the guard refused is looked at again once the admitted input grew
-    #: by this factor; default 2.0 (> 1).
+    #: STAIRs: a cohort the guard looked at is looked at again once the admitted input grew
+    #: by this factor; default 2.0 (> 1). Each look scans the stored tuples holding its
+    #: relation, and on bench/stairs.py Fig. 8 the looks that moved nothing were most of
+    #: what STAIRs' CPU exceeded EddyJoins' by (1.25: 79-80% of the setups within 1.1x,
+    #: 1.5: 82%, 2: 84%).
     stair_look_again: float = 2.0
 
     def __post_init__(self) -> None:

@@ -6,7 +6,7 @@ competition, all building into the table's one SteM. So a catalog table is a sch
 a list of AMs: every ``add_table`` / ``add_index`` / ``add_web_table`` call on a name adds
 one AM to that table (the schemas must agree). Duplicates that competing AMs deliver are
 removed when they are built into the SteM (rows identified by the table's ``key`` when one
-is given, else by all their values; see :mod:`eddies.modules.row_identity`).
+is given, else by all their values; see :mod:`eddies.modules.stem.row_identity`).
 """
 
 from __future__ import annotations

@@ -18,6 +18,7 @@ import trio
 
 from eddies.router.messages import Returned, Work
 from eddies.router.tuple_batch import TupleBatch
+from eddies.settings import current
 from eddies.sources.table_store import TableStore
 
 
@@ -141,16 +142,14 @@ def gather_nullable(store: TableStore, col: str, row_ids: np.ndarray) -> pa.Arra
     return pc.if_else(pa.array(missing), pa.scalar(None, values.type), values)
 
 
-#: Batches at least this large do their vectorized work in a worker thread (NumPy and
-#: Arrow kernels release the GIL). Off by default, as measured (2 cores, bench/joins.py
-#: queries, interleaved runs; bench/README.md, issue 11 item 3): offloaded at >= 65,536
-#: rows the 5x1M star took 182 ms against 163 inline, SF1 243 against 63, flights 35
-#: against 32. The kernels do run in parallel (two 262k-row gathers at once take 1.2x
-#: one), but a visit is many small kernels between Python steps that hold the GIL, and an
-#: offloaded module is visited through its queue instead of inline. Sync UDFs still always
-#: run in worker threads (see expressions.py).
-OFFLOAD_ROWS: int | None = None
-
+# Batches of at least ``Tuning.offload_rows`` rows (eddies.settings) do their vectorized
+# work in a worker thread (NumPy and Arrow kernels release the GIL). Off by default, as
+# measured (2 cores, bench/joins.py queries, interleaved runs; bench/README.md, issue 11
+# item 3): offloaded at >= 65,536 rows the 5x1M star took 182 ms against 163 inline, SF1
+# 243 against 63, flights 35 against 32. The kernels do run in parallel (two 262k-row
+# gathers at once take 1.2x one), but a visit is many small kernels between Python steps
+# that hold the GIL, and an offloaded module is visited through its queue instead of
+# inline. Sync UDFs still always run in worker threads (see expressions.py).
 
 #: Worker threads doing vectorized work at once: one per core; more only fight for the GIL
 #: between the kernels' GIL-free stretches.
@@ -166,12 +165,15 @@ def _worker_limiter() -> trio.CapacityLimiter:
 
 
 def vectorized_inline() -> bool:
-    """True when :func:`run_vectorized` runs every call inline (never awaits)."""
-    return OFFLOAD_ROWS is None
+    """True when :func:`run_vectorized` runs every call inline (never awaits): no
+    ``Tuning.offload_rows`` is in force (read when a module is lowered)."""
+    return current().offload_rows is None
 
 
 async def run_vectorized(fn, *args, rows: int):
-    """Run ``fn(*args)`` inline, or via ``trio.to_thread`` for batches >= OFFLOAD_ROWS."""
-    if OFFLOAD_ROWS is not None and rows >= OFFLOAD_ROWS:
+    """Run ``fn(*args)`` inline, or via ``trio.to_thread`` for a batch of at least
+    ``Tuning.offload_rows`` rows (the knobs in force in this task, read per batch)."""
+    offload_rows = current().offload_rows
+    if offload_rows is not None and rows >= offload_rows:
         return await trio.to_thread.run_sync(fn, *args, limiter=_worker_limiter())
     return fn(*args)

@@ -2,7 +2,7 @@
 
 * ``modules/key_set.py``: DenseKeys (exact dense ids for multi-column values), KeySet (the
   EOT sets a SteM holds), bind_columns (bind values cast to the index's types);
-* ``modules/row_identity.py``: rank_within and RowIdentity (which delivered rows a SteM
+* ``modules/stem/row_identity.py``: rank_within and RowIdentity (which delivered rows a SteM
   already holds; bags stay exact whatever order the competing AMs deliver in);
 * ``router/access_choice.py``: AccessChooser (results per second, stalls, exploration);
 * routing-table entries for prior probers, alternatives (hash or index join, mirrors) and
@@ -27,7 +27,7 @@ from eddies.engine import Catalog, DataSourceError, UnsupportedQueryError, run_q
 from eddies.engine.plan.planner import plan_query
 from eddies.modules.key_encoding import KIND_DICT, KIND_FLOAT, KIND_INT, key_kind
 from eddies.modules.key_set import DenseKeys, KeySet, bind_columns
-from eddies.modules.row_identity import RowIdentity, rank_within
+from eddies.modules.stem.row_identity import RowIdentity, rank_within
 from eddies.router.access_choice import EXPLORE, AccessChooser
 from eddies.router.constraints import ConstraintChecker, ConstraintViolation
 from eddies.router.routing_table import RoutingTable

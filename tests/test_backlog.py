@@ -1,12 +1,12 @@
 """Bounded intermediate results (issue 9): a SteM probe returns at most
-``stem.MAX_OUTPUT_ROWS`` tuples per Work and hands its rest back as a continuation, which
-the eddy sends again only while its backlog is below ``Tuning.eddy_max_buffered_tuples``.
+``Tuning.stem_max_output_rows`` tuples per Work and hands its rest back as a continuation,
+which the eddy sends again only while its backlog is below ``Tuning.eddy_max_buffered_tuples``.
 
 Checked here: the backlog of a cross join whose WHERE keeps nothing stays bounded (it held
 4.3 million of 9 million pairs at once before); results stay DuckDB's when probes are cut
-into many parts (small bounds monkeypatched in), under every policy and batch size, with
-NULLs, duplicates, self-joins, 3-way joins, floating tuples and index AMs; LIMIT still
-stops early.
+into many parts (small bounds set with ``eddies.settings.tuned``), under every policy and
+batch size, with NULLs, duplicates, self-joins, 3-way joins, floating tuples and index
+AMs; LIMIT still stops early.
 """
 
 from __future__ import annotations
@@ -18,9 +18,8 @@ from oracle import assert_same_bag, duckdb_table
 
 from eddies.engine import Catalog, run_query
 from eddies.engine.execution.run import DEFAULT_QUEUE_CAPACITY
-from eddies.modules import stem
 from eddies.router.policies import POLICIES
-from eddies.settings import tuned
+from eddies.settings import current, tuned
 
 ALWAYS_FALSE = "SELECT * FROM a, b WHERE a.x + b.y < -1"
 
@@ -42,9 +41,9 @@ def _catalog(tables: dict[str, pa.Table], **kwargs) -> Catalog:
 
 def _slack(n_stems: int) -> int:
     """What may arrive beyond the backlog bound: the answers of the fresh (not resumed)
-    probe Works in flight, at most MAX_OUTPUT_ROWS each, one being processed and a full
-    queue per SteM."""
-    return n_stems * (DEFAULT_QUEUE_CAPACITY + 1) * stem.MAX_OUTPUT_ROWS
+    probe Works in flight, at most ``Tuning.stem_max_output_rows`` each (the knob in
+    force), one being processed and a full queue per SteM."""
+    return n_stems * (DEFAULT_QUEUE_CAPACITY + 1) * current().stem_max_output_rows
 
 
 def test_cross_join_keeping_nothing_buffers_a_bounded_backlog():
@@ -61,11 +60,10 @@ def test_cross_join_keeping_nothing_buffers_a_bounded_backlog():
 
 
 @pytest.mark.parametrize("policy", POLICIES)
-def test_backlog_bound_holds_when_probes_are_cut_into_hundreds_of_parts(monkeypatch, policy):
+def test_backlog_bound_holds_when_probes_are_cut_into_hundreds_of_parts(policy):
     """Small bounds: 360,000 pairs in parts of 1,000; the backlog stays under 4,000 plus
     the slack, under every policy."""
-    monkeypatch.setattr(stem, "MAX_OUTPUT_ROWS", 1000)
-    with tuned(eddy_max_buffered_tuples=4000):
+    with tuned(eddy_max_buffered_tuples=4000, stem_max_output_rows=1000):
         tables = _cross_tables(600)
         run = run_query(ALWAYS_FALSE, _catalog(tables), policy=policy, seed=1, debug=True)
         assert run.table.num_rows == 0
@@ -105,11 +103,10 @@ QUERIES = {
 
 
 @pytest.mark.parametrize("name", sorted(QUERIES))
-def test_results_equal_duckdb_when_probes_exceed_the_bound(monkeypatch, name):
+def test_results_equal_duckdb_when_probes_exceed_the_bound(name):
     """Output bound 7, backlog bound 20: probes go in many parts, single tuples' matches
     are sliced, continuations are held; every policy, batch sizes 1, 7 and the default."""
-    monkeypatch.setattr(stem, "MAX_OUTPUT_ROWS", 7)
-    with tuned(eddy_max_buffered_tuples=20):
+    with tuned(eddy_max_buffered_tuples=20, stem_max_output_rows=7):
         sql = QUERIES[name]
         tables = _bag_tables()
         used = {t: tables[t] for t in tables if f" {t} " in sql + " " or f" {t}," in sql}
@@ -124,12 +121,11 @@ def test_results_equal_duckdb_when_probes_exceed_the_bound(monkeypatch, name):
 
 
 @pytest.mark.parametrize("name", ["many-to-many", "three-way", "cross-filtered"])
-def test_floating_tuples_probed_in_parts_find_every_match_once(monkeypatch, name):
+def test_floating_tuples_probed_in_parts_find_every_match_once(name):
     """Relaxed BuildFirst (stems-2003 §3.5): a never-built table's tuples probe SteMs
     that are still filling, in parts; each part is bounded by the horizon its probe began
     with, so a floating tuple bounced back neither misses nor repeats a match."""
-    monkeypatch.setattr(stem, "MAX_OUTPUT_ROWS", 5)
-    with tuned(eddy_max_buffered_tuples=12):
+    with tuned(eddy_max_buffered_tuples=12, stem_max_output_rows=5):
         sql = QUERIES[name]
         tables = _bag_tables()
         used = {t: tables[t] for t in tables if f" {t} " in sql + " " or f" {t}," in sql}
@@ -144,11 +140,10 @@ def test_floating_tuples_probed_in_parts_find_every_match_once(monkeypatch, name
             assert_same_bag(run.table, sql, used, context=policy, expected=expected)
 
 
-def test_index_am_joins_probed_in_parts(monkeypatch):
+def test_index_am_joins_probed_in_parts():
     """An index-only table (stems-2003 §3.3-3.4): prior probers are bounced once per
     probe, when it begins, even when the probe's matches come in many parts."""
-    monkeypatch.setattr(stem, "MAX_OUTPUT_ROWS", 6)
-    with tuned(eddy_max_buffered_tuples=15):
+    with tuned(eddy_max_buffered_tuples=15, stem_max_output_rows=6):
         tables = _bag_tables()
         b = tables["b"]
 
@@ -170,9 +165,9 @@ def test_index_am_joins_probed_in_parts(monkeypatch):
 
 def test_limit_stops_a_huge_cross_join_early():
     """LIMIT over 9 million pairs: the query stops after a few probe parts, long before
-    the pairs are all made (each part is at most MAX_OUTPUT_ROWS)."""
+    the pairs are all made (each part is at most ``Tuning.stem_max_output_rows``)."""
     tables = _cross_tables(3000)
     run = run_query("SELECT * FROM a, b LIMIT 5", _catalog(tables), seed=0)
     assert run.table.num_rows == 5
     made = sum(s.tuples_out for n, s in run.stats.modules.items() if n.startswith("probe:"))
-    assert made <= 8 * stem.MAX_OUTPUT_ROWS, made
+    assert made <= 8 * current().stem_max_output_rows, made

@@ -1,12 +1,12 @@
 """Direct-address tables built in a worker thread as a SteM's builds arrive (issue 11).
 
 The unit tests compare :class:`DirectBuild`'s run with a brute-force map of keys to
-positions; the differential tests lower ``BACKGROUND_MIN_ROWS`` so that every table of a
-small query is indexed this way, and compare the results with DuckDB under every policy
-and batch sizes 1, 7 and the default, with repeated and NULL keys, filtered builds, and
-probes that arrive while a table is still being built. Nothing is timed: which batches
-the worker has scattered when the eddy asks does not change the answer, so the tests
-hold however the threads interleave.
+positions; the differential tests lower ``Tuning.direct_build_background_min_rows`` (with
+``eddies.settings.tuned``) so that every table of a small query is indexed this way, and
+compare the results with DuckDB under every policy and batch sizes 1, 7 and the default,
+with repeated and NULL keys, filtered builds, and probes that arrive while a table is
+still being built. Nothing is timed: which batches the worker has scattered when the eddy
+asks does not change the answer, so the tests hold however the threads interleave.
 """
 
 from __future__ import annotations
@@ -19,9 +19,9 @@ from hypothesis import strategies as st
 from oracle import assert_same_bag, run_virtual
 
 from eddies.engine import POLICIES, Catalog, execute
-from eddies.modules import direct_build
-from eddies.modules.direct_build import DirectBuild
-from eddies.modules.stem_index import DIRECT_SPREAD
+from eddies.modules.stem.direct_build import DirectBuild
+from eddies.modules.stem.index import DIRECT_SPREAD
+from eddies.settings import tuned
 
 
 def _brute(keys: np.ndarray) -> dict[int, list[int]]:
@@ -101,7 +101,6 @@ def test_batches_must_come_in_build_order():
 def every_table_in_background(monkeypatch):
     """Every preloaded table's integer key indexes are built by the worker; yields the
     list of runs the builds finished with (None where the SteM fell back)."""
-    monkeypatch.setattr(direct_build, "BACKGROUND_MIN_ROWS", 1)
     monkeypatch.delenv("EDDIES_BACKGROUND_INDEX", raising=False)
     finished: list = []
     real = DirectBuild.finish
@@ -112,7 +111,8 @@ def every_table_in_background(monkeypatch):
         return run
 
     monkeypatch.setattr(DirectBuild, "finish", finish)
-    return finished
+    with tuned(direct_build_background_min_rows=1):
+        yield finished
 
 
 STAR = """SELECT a.v, b.w, c.x FROM a, b, c

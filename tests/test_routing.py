@@ -118,7 +118,7 @@ def test_debug_mode_catches_a_steM_that_breaks_the_timestamp_rule(monkeypatch):
         index, keys, _, _ = self._probe_keys(batch, target, predicate)
         probe_idx, pos = index.index.probe(keys)
         rows = {a: ids[probe_idx] for a, ids in batch.rows.items()}
-        rows[target] = self._rows.view()[pos]
+        rows[target] = self.row_ids.view()[pos]
         sig = Signature(
             batch.signature.span | 1 << target, batch.signature.done | predicate.bit, True
         )

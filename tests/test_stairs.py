@@ -30,38 +30,26 @@ from test_differential import scenarios
 from eddies.engine import POLICIES, Catalog, execute, explain, run_query
 from eddies.errors import EddiesError, UnsupportedQueryError
 from eddies.modules import stair
+from eddies.modules.stair import migration, row_id_sets
+from eddies.settings import tuned
 
 MAX_EXAMPLES = int(os.environ.get("EDDIES_STAIRS_EXAMPLES", "10"))
 
 
 @contextlib.contextmanager
-def migrating(
-    check_every: int = 1, random_seed: int | None = None, p: float = 0.5, cost: float = 0
-):
+def migrating(check_every: int = 1, random_seed: int | None = None, p: float = 0.5, cost: int = 0):
     """STAIR state migration checked at every point of stasis (instead of every 1000
     tuples), by the greedy policy or, with ``random_seed``, forced: from a random initial
     plan to random plans at random points of stasis (each with probability ``p``). The
     guard counts a migration, and each module visit it causes, as ``cost`` intermediate
     tuples (0: the small tables here migrate, so that the tests exercise migrations)."""
-    saved = (
-        stair.CHECK_EVERY,
-        stair.RANDOM_PLANS_SEED,
-        stair.RANDOM_MIGRATION_P,
-        stair.MIGRATION_COST,
-        stair.VISIT_COST,
-    )
-    stair.CHECK_EVERY, stair.RANDOM_PLANS_SEED = check_every, random_seed
-    stair.RANDOM_MIGRATION_P, stair.MIGRATION_COST, stair.VISIT_COST = p, cost, cost
+    saved = migration.RANDOM_PLANS_SEED, migration.RANDOM_MIGRATION_P
+    migration.RANDOM_PLANS_SEED, migration.RANDOM_MIGRATION_P = random_seed, p
     try:
-        yield
+        with tuned(stair_check_every=check_every, stair_migration_cost=cost, stair_visit_cost=cost):
+            yield
     finally:
-        (
-            stair.CHECK_EVERY,
-            stair.RANDOM_PLANS_SEED,
-            stair.RANDOM_MIGRATION_P,
-            stair.MIGRATION_COST,
-            stair.VISIT_COST,
-        ) = saved
+        migration.RANDOM_PLANS_SEED, migration.RANDOM_MIGRATION_P = saved
 
 
 #: (join_state, migration seed, greedy routing): EddyJoins; STAIRs migrating greedily;
@@ -81,13 +69,16 @@ MODES = [
 def greedy_routing(on: bool, initial_plan_seed: int | None = 5):
     """STAIRs and EddyJoins route among the joins by the greedy plan (§4.1) when ``on``,
     starting from the random plan of ``initial_plan_seed``."""
-    saved = stair.GREEDY_ROUTING, stair.INITIAL_PLAN_SEED
-    stair.GREEDY_ROUTING = on
-    stair.INITIAL_PLAN_SEED = initial_plan_seed if on else None
-    try:
+    with tuned(stair_greedy_routing=on, stair_initial_plan_seed=initial_plan_seed if on else None):
         yield
-    finally:
-        stair.GREEDY_ROUTING, stair.INITIAL_PLAN_SEED = saved
+
+
+@pytest.fixture
+def tuning():
+    """``tuning(**knobs)`` puts eddies.settings knobs in force for the rest of the test
+    (each call on top of the last; all restored when the test ends)."""
+    with contextlib.ExitStack() as stack:
+        yield lambda **knobs: stack.enter_context(tuned(**knobs))
 
 
 def run_all_policies(sql: str, tables: dict, order_keys=None) -> None:
@@ -252,13 +243,12 @@ def test_bad_join_state_values():
 @pytest.mark.parametrize(
     ("seed", "greedy_routing"), [(None, False), (None, True), (1, False), (2, False)]
 )
-def test_stairs_migrate_and_count(seed, greedy_routing, monkeypatch):
+def test_stairs_migrate_and_count(seed, greedy_routing):
     """Migrations happen (forced: at every point of stasis; greedy: when they pay), are
     counted, and the result stays DuckDB's — also when STAIRs route by the greedy plan."""
-    monkeypatch.setattr(stair, "GREEDY_ROUTING", greedy_routing)
     tables = _tables()
     sql = "SELECT r.x, t.c, u.y FROM r, s, t, u WHERE r.a = s.a AND s.b = t.b AND t.c = u.c"
-    with migrating(random_seed=seed, p=1.0):
+    with tuned(stair_greedy_routing=greedy_routing), migrating(random_seed=seed, p=1.0):
         run = run_query(sql, make_catalog(tables), join_state="stairs", batch_size=1, debug=True)
     assert_same_bag(run.table, sql, tables)
     stats = run.stats
@@ -270,14 +260,13 @@ def test_stairs_migrate_and_count(seed, greedy_routing, monkeypatch):
 
 
 @pytest.mark.parametrize("greedy_routing", [False, True])
-def test_greedy_migration_undoes_a_routing_mistake(greedy_routing, monkeypatch):
+def test_greedy_migration_undoes_a_routing_mistake(greedy_routing):
     """stairs-2004 §3.2 in small: a static policy sends every s tuple to r ⋈ s first,
     where each joins 5 r tuples, though s ⋈ t matches almost nothing. The greedy policy
     sees it from the router's estimates and migrates the s cohort to s ⋈ t (while the
     policy keeps routing new s tuples to r ⋈ s, later cohorts move too): the result is
     DuckDB's and the joins make fewer intermediate tuples than EddyJoins on that plan.
     With greedy routing, new s tuples follow the plan too."""
-    monkeypatch.setattr(stair, "GREEDY_ROUTING", greedy_routing)
     n = 400
     r = pa.table({"a": [i % 40 for i in range(n // 2)]})  # 5 r per key
     s = pa.table(
@@ -289,7 +278,7 @@ def test_greedy_migration_undoes_a_routing_mistake(greedy_routing, monkeypatch):
     cat = make_catalog(tables)
     runs = {}
     for join_state in ("eddyjoins", "stairs"):
-        with migrating(check_every=50):
+        with tuned(stair_greedy_routing=greedy_routing), migrating(check_every=50):
             runs[join_state] = run_query(
                 sql,
                 cat,
@@ -521,16 +510,16 @@ def _figure6(s_total: int, s_rows: range):
     return joins, graph, stats, migrator, first, (rs, st_), (r, s, t)
 
 
-def test_migration_moves_only_the_cohort_tuples_that_pay(monkeypatch):
+def test_migration_moves_only_the_cohort_tuples_that_pay(tuning):
     """stairs-2004 Figure 6: R ⋈ S ⋈ T with S tuples sent to R ⋈ S (the cohort S^R); the
     plan now sends S to S ⋈ T. The guard keeps the s tuples that made no RS tuple (s2)
     where they are; the others are relocated from S.a to S.b, their RS tuples in S.b
     demoted, and they are promoted through T.b to ST tuples in S.a. R, T and the s tuple
     routed to S ⋈ T stay put. With nothing left to come, nothing pays; nor does it when
-    a migration's own cost (MIGRATION_COST) exceeds what the cohort saves."""
+    a migration's own cost (stair_migration_cost) exceeds what the cohort saves."""
     from eddies.modules.stair import GreedyPlan
 
-    monkeypatch.setattr(stair, "MIGRATION_COST", 0)
+    tuning(stair_migration_cost=0)
     joins, graph, stats, migrator, first, (rs, st_), (r, s, t) = _figure6(4, range(3))
     s3 = {**first, 1 << s: st_}  # s3 went to S ⋈ T
     _route_to_completion(joins, graph, _singletons(graph, s, [3]), s3.get)
@@ -539,9 +528,9 @@ def test_migration_moves_only_the_cohort_tuples_that_pay(monkeypatch):
     greedy = GreedyPlan(joins, {(rs, s): 5.0, (st_, s): 0.5})
     assert migrator.cohorts(greedy, admitted=10) == []  # nothing left to come
     migrator._looked.clear()
-    monkeypatch.setattr(stair, "MIGRATION_COST", 1000)
+    tuning(stair_migration_cost=1000)
     assert migrator.cohorts(greedy, admitted=1) == []  # saves a few tuples only
-    monkeypatch.setattr(stair, "MIGRATION_COST", 0)
+    tuning(stair_migration_cost=0)
     migrator._looked.clear()
     (cohort,) = migrator.cohorts(greedy, admitted=1)  # 9 rows to come per one admitted
     assert (cohort.alias, cohort.source, cohort.target) == (s, rs, st_)
@@ -641,7 +630,7 @@ def test_sorted_run_index_without_equals_a_fresh_index(seed):
     from the kept entries, renumbered, would — dense and sparse runs, duplicates."""
     import numpy as np
 
-    from eddies.modules.stem_index import SortedRunIndex
+    from eddies.modules.stem.index import SortedRunIndex
 
     rng = np.random.default_rng(seed)
     n = int(rng.integers(1, 3000))
@@ -674,20 +663,20 @@ def test_sorted_run_index_without_equals_a_fresh_index(seed):
     factor=st.sampled_from([0, 1, 8, 1000]),
 )
 def test_row_id_membership_dense_or_binary_search(values, ids, factor):
-    """The guard's and demotion's row-id tests (stair._among, stair._occurrences) equal
+    """The guard's and demotion's row-id tests (row_id_sets.among, .occurrences) equal
     numpy's isin and a count, whether through a dense table or a binary search."""
     import numpy as np
 
-    saved = stair.DENSE_FACTOR
-    stair.DENSE_FACTOR = factor
+    saved = row_id_sets.DENSE_FACTOR
+    row_id_sets.DENSE_FACTOR = factor
     try:
         v = np.asarray(values, dtype=np.int64)
         s = np.asarray(sorted(ids), dtype=np.int64)
-        assert (stair._among(v, s) == np.isin(v, s)).all()
+        assert (row_id_sets.among(v, s) == np.isin(v, s)).all()
         counts = collections.Counter(values)
-        assert stair._occurrences(v, s).tolist() == [counts[i] for i in sorted(ids)]
+        assert row_id_sets.occurrences(v, s).tolist() == [counts[i] for i in sorted(ids)]
     finally:
-        stair.DENSE_FACTOR = saved
+        row_id_sets.DENSE_FACTOR = saved
 
 
 @settings(max_examples=100, deadline=None)
@@ -738,7 +727,7 @@ def test_stair_match_counts_equal_the_probe(stored, probes, columns, skip_span):
 
 
 @pytest.mark.parametrize("seed", range(16))
-def test_may_pay_is_a_bound_on_the_guard(seed, monkeypatch):
+def test_may_pay_is_a_bound_on_the_guard(seed, tuning):
     """StairMigrator.may_pay bounds, from counts alone, what the guard (worth_moving)
     could save: whenever it says no, worth_moving moves nothing, so skipping the guard's
     per-tuple scans never changes a decision. Random states (random routing of random
@@ -765,7 +754,7 @@ def test_may_pay_is_a_bound_on_the_guard(seed, monkeypatch):
         )
     refused = moved = 0
     for trial in range(40):
-        monkeypatch.setattr(stair, "MIGRATION_COST", float(rng.choice([0, 10, 100, 1000])))
+        tuning(stair_migration_cost=int(rng.choice([0, 10, 100, 1000])))
         fanout = {
             (d, side): float(10 ** rng.uniform(-2, 2))
             for d, j in joins.items()
@@ -791,16 +780,14 @@ def test_may_pay_is_a_bound_on_the_guard(seed, monkeypatch):
     assert refused > 0 and moved > 0  # both answers occur: the test can fail
 
 
-def test_routing_entries_forgotten_only_when_the_greedy_plan_changes(monkeypatch):
+def test_routing_entries_forgotten_only_when_the_greedy_plan_changes(monkeypatch, tuning):
     """With greedy routing, a check tells the routing table to forget its entries
     (on_plan_change) only when the new plan chooses differently for a span it was asked
     about: recomputing every entry at every check cost as much as the check itself."""
     from eddies.modules.stair import StairMigrator
     from eddies.router.stats import RunStats
 
-    monkeypatch.setattr(stair, "GREEDY_ROUTING", True)
-    monkeypatch.setattr(stair, "INITIAL_PLAN_SEED", None)
-    monkeypatch.setattr(stair, "CHECK_EVERY", 1)
+    tuning(stair_greedy_routing=True, stair_initial_plan_seed=None, stair_check_every=1)
     plan, graph, joins = _stair_setup(_tables(), CHAIN)
     migrator = StairMigrator(joins, graph, RunStats(graph, plan.destinations), migrates=False)
     forgotten = []
@@ -841,19 +828,19 @@ def _chain_tables(n: int = 60) -> dict[str, pa.Table]:
 
 
 @pytest.mark.parametrize("batch_size", [1, 7, None])
-def test_small_batches_of_one_signature_merged_before_routing_on(batch_size, monkeypatch):
+def test_small_batches_of_one_signature_merged_before_routing_on(batch_size, tuning):
     """STAIR join states: small returned batches of one signature waiting in the eddy's
     priority buffer are merged and routed on in one visit. Routed by random choices,
     EddyJoins' STAIRs hold tuples of several spans, so a probe returns several batches
     whose paths meet again: merged, with DuckDB's result (each row once: debug); without
-    merging (COALESCE_BELOW = 0) nothing is merged. Seeded (routing and trio's task order),
+    merging (stair_coalesce_below = 0) nothing is merged. Seeded (routing and trio's task order),
     since whether paths meet depends on both: at batch size 1 seeds 1 and 6 merge
     nothing; seeds 0 and 2 each merge at every batch size."""
     tables = _chain_tables()
     sql = "SELECT r.x, u.y FROM r, s, t, u WHERE r.a = s.a AND s.b = t.b AND t.c = u.c"
     cat = make_catalog(tables)
     for below in (0, 128):
-        monkeypatch.setattr(stair, "COALESCE_BELOW", below)
+        tuning(stair_coalesce_below=below)
         merged = 0
         for policy, seed in (("random", 0), ("random", 2), ("lottery", 0)):
             run = run_query(
@@ -956,15 +943,15 @@ def test_merging_under_random_migrations_gives_every_result_once(seed):
     assert merged > 0 and migrations > 0
 
 
-def test_guard_counts_the_visits_a_migration_adds(monkeypatch):
+def test_guard_counts_the_visits_a_migration_adds(tuning):
     """stairs-2004 Figure 6 without s3: every s tuple went to R ⋈ S. Moving the cohort
     S^R to S ⋈ T stores spans no STAIR holds yet — s singletons in S ⋈ T's S.b, st tuples
     in R ⋈ S's S.a — so each later probe of those STAIRs answers with one batch more.
-    The guard counts them (VISIT_COST per visit: later batches ≈ ``ahead`` × those routed
+    The guard counts them (stair_visit_cost per visit: later batches ≈ ``ahead`` × those routed
     so far, half from each side): free visits, the cohort moves; dear ones, it stays."""
     from eddies.modules.stair import GreedyPlan
 
-    monkeypatch.setattr(stair, "MIGRATION_COST", 0)
+    tuning(stair_migration_cost=0)
     joins, _graph, stats, migrator, _, (rs, st_), (_r, s, _t) = _figure6(8, range(4))
     greedy = GreedyPlan(joins, {(rs, s): 5.0, (st_, s): 0.5})
     assert migrator.new_signatures(s, st_, greedy) == [(st_, s), (rs, s)]
@@ -972,10 +959,10 @@ def test_guard_counts_the_visits_a_migration_adds(monkeypatch):
     for d in joins:
         stats.modules[joins[d].name].batches_in = 40
     assert migrator.visits_caused(s, st_, greedy, ahead=0.5) == 2 * 40 * 0.5 / 2
-    monkeypatch.setattr(stair, "VISIT_COST", 0)
+    tuning(stair_visit_cost=0)
     (cohort,) = migrator.cohorts(greedy, admitted=1)
     assert cohort.ids.tolist() == [0, 1]
-    monkeypatch.setattr(stair, "VISIT_COST", 100)
+    tuning(stair_visit_cost=100)
     migrator._looked.clear()
     assert migrator.cohorts(greedy, admitted=1) == []  # 11 × 40 / 2 visits: not worth it
     for d in joins:
@@ -1031,7 +1018,7 @@ def test_fanout_of_an_abandoned_join_follows_its_state():
     assert migrator._fanouts()[(st_, t)] == pytest.approx(0.1 * 10, rel=1e-3)
 
 
-def test_a_remnant_that_would_cost_visits_moves_with_its_cohort(monkeypatch):
+def test_a_remnant_that_would_cost_visits_moves_with_its_cohort(tuning):
     """Figure 6's cohort again (s3 went to S ⋈ T): s2 would meet more partners at S ⋈ T
     than it saves, so it is not worth moving on its own. Left behind it keeps S^R's group
     in R ⋈ S, and each later probe there meeting it answers with a small batch more to
@@ -1041,7 +1028,7 @@ def test_a_remnant_that_would_cost_visits_moves_with_its_cohort(monkeypatch):
 
     from eddies.modules.stair import Cohort, GreedyPlan
 
-    monkeypatch.setattr(stair, "MIGRATION_COST", 0)
+    tuning(stair_migration_cost=0)
     joins, graph, stats, migrator, first, (rs, st_), (r, s, _t) = _figure6(4, range(3))
     s3 = {**first, 1 << s: st_}
     _route_to_completion(joins, graph, _singletons(graph, s, [3]), s3.get)
@@ -1051,5 +1038,5 @@ def test_a_remnant_that_would_cost_visits_moves_with_its_cohort(monkeypatch):
     assert migrator.worth_moving(cohort, 1, greedy).tolist() == [0, 1]
     stats.modules[joins[rs].name].batches_in = 1000  # many probes to come
     assert migrator.worth_moving(cohort, 1, greedy).tolist() == [0, 1, 2]
-    monkeypatch.setattr(stair, "VISIT_COST", 0)  # visits free: s2 stays again
+    tuning(stair_visit_cost=0)  # visits free: s2 stays again
     assert migrator.worth_moving(cohort, 1, greedy).tolist() == [0, 1]

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from oracle import assert_same_bag, run_virtual
 
 from eddies.engine import POLICIES, Catalog, explain
-from eddies.modules.key_filter import KeyFilter
+from eddies.modules.stem.key_filter import KeyFilter
 
 SQL = "SELECT r.v, s.w, t.x FROM r, s, t WHERE r.a = s.a AND s.b = t.b"
 FILTERS_FIRST = ("filter:t@sm2", "filter:r@sm1", "probe:r", "probe:t")

@@ -20,7 +20,8 @@ from eddies.modules.key_encoding import (
     encode_column,
     mix_codes,
 )
-from eddies.modules.stem_index import HASH_PROBES, GrowableArray, SortedRunIndex
+from eddies.modules.stem.index import HASH_PROBES, SortedRunIndex
+from eddies.modules.stem.storage import GrowableArray
 
 
 def brute_force(build: list[int], probe: list[int]) -> set[tuple[int, int]]:
@@ -184,7 +185,7 @@ def test_spread_unique_keys_are_a_direct_run_up_to_direct_spread(n, spread, seed
     """Unique keys over up to DIRECT_SPREAD slots a key (+1024) become a direct-address
     run (a filtered primary key, issue 11); wider ones, or repeated keys, a sorted run.
     Probes agree with brute force either way."""
-    from eddies.modules.stem_index import DIRECT_SPREAD
+    from eddies.modules.stem.index import DIRECT_SPREAD
 
     rng = np.random.default_rng(seed)
     keys = rng.choice(spread * n + 2000, size=n, replace=False).astype(np.int64) - 1000

@@ -1,4 +1,4 @@
-"""A SteM's implied columns (modules/stem_storage.py): row ids that are the positions and
+"""A SteM's implied columns (modules/stem/storage.py): row ids that are the positions and
 Done bits that are one value are not written, and are written out once the pattern
 breaks; every read gives what a plain array would have held."""
 
@@ -8,7 +8,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from eddies.modules.stem_storage import DoneBits, RowIds
+from eddies.modules.stem.storage import DoneBits, RowIds
 
 
 @given(st.lists(st.tuples(st.integers(0, 6), st.booleans()), max_size=12), st.booleans())

@@ -1,4 +1,4 @@
-"""Vectorized work in worker threads (modules/base.py ``OFFLOAD_ROWS``, issue 11 item 3).
+"""Vectorized work in worker threads (``Tuning.offload_rows``, modules/base.py, issue 11 item 3).
 
 Off by default (it measured slower on 2 cores; see bench/README.md), but a supported knob:
 with it every SteM build and probe and every UDF-free SM runs through
@@ -18,17 +18,19 @@ from test_differential import run_everywhere, scenarios
 
 import eddies.modules.base as base
 from eddies.engine import POLICIES
+from eddies.settings import tuned
 from eddies.sources.wisconsin import wisconsin_table
 
 
 @pytest.fixture
-def offload_everything(monkeypatch):
-    monkeypatch.setattr(base, "OFFLOAD_ROWS", 1)
-    assert not base.vectorized_inline()
+def offload_everything():
+    with tuned(offload_rows=1):
+        assert not base.vectorized_inline()
+        yield
 
 
 @pytest.mark.parametrize("n_refs", [2, 3])
-# The fixture only sets a module constant, the same for every input.
+# The fixture only sets a knob, the same for every input.
 @settings(
     max_examples=8,
     deadline=None,

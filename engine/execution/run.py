@@ -23,7 +23,6 @@ from eddies.engine.plan.planner import Plan
 from eddies.engine.plan.scan_filter_choice import ScanFilterPush, pushing, scan_filter_pushes
 from eddies.engine.streaming.commit_points import CommitPoints
 from eddies.errors import UnsupportedQueryError
-from eddies.modules import stair as stair_module
 from eddies.modules.base import Module, process_inline
 from eddies.modules.index_am import IndexAM
 from eddies.modules.join_step import JoinStepModule
@@ -41,7 +40,7 @@ from eddies.router.policies import make_policy
 from eddies.router.policies.base import RoutingPolicy
 from eddies.router.routing_table import Destination, DestinationKind, FilterOffer, RoutingTable
 from eddies.router.stats import LookupStats, RunStats
-from eddies.settings import tuned
+from eddies.settings import current, tuned
 from eddies.sources.dataset_source import DynamicFilter
 from eddies.sources.stream import StreamTable
 from eddies.sources.table_store import TableStore
@@ -153,7 +152,7 @@ def lower(
         scanned=scanned,
         stems=stems,
         # symmetric hash joins: the order of buffered tuples does not matter
-        coalesce_below=stair_module.COALESCE_BELOW if stairs else 0,
+        coalesce_below=current().stair_coalesce_below if stairs else 0,
     )
     hooks = EddyHooks(
         # The checker knows SteMs' constraints; with STAIRs the output still checks that
@@ -276,7 +275,7 @@ def _migrator(
     the static policy fixes the join order (the paper's SHJ plans). None otherwise."""
     greedy = (
         plan.join_state == "eddyjoins"
-        and stair_module.GREEDY_ROUTING
+        and current().stair_greedy_routing
         and options.policy != "static"
     )
     if plan.join_state != "stairs" and not greedy:

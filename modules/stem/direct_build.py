@@ -1,9 +1,9 @@
 """A SteM index's direct-address table, filled in a worker thread while its builds arrive.
 
 Issue 11, item 3 (both cores). A SteM indexes its tuples lazily, at the first probe that
-needs them (stems-2003 §2.1.4; see ``SteM._catch_up``). For a large table keyed by one
+needs them (stems-2003 §2.1.4; see ``ColumnIndex.catch_up``). For a large table keyed by one
 integer column (a primary key: Wisconsin's unique1, TPC-H's custkey) that index is a
-direct-address table (``eddies.modules.stem_index``: ``where[key - low]`` is the key's one
+direct-address table (``eddies.modules.stem.index``: ``where[key - low]`` is the key's one
 stored position), and building it at the first probe stalls the eddy: 1 M keys gathered
 and scattered took 4-5 ms, four times in the 5x1M star, on one core while the other idled.
 
@@ -19,6 +19,9 @@ The table is allocated only once the batches stored are enough keys for a direct
 the column's range (``DIRECT_SPREAD`` slots a key): a SteM that keeps a few of a large
 table's rows (TPC-H's orders after a customer filter: 5 k of 1.5 M) never allocates one.
 
+Only tables of at least ``Tuning.direct_build_background_min_rows`` rows (eddies.settings;
+one default scan batch: a smaller table hands the thread one batch or less, nothing to
+overlap) are indexed so; below it the index is built at the first probe.
 ``EDDIES_BACKGROUND_INDEX=0`` turns this off (indexes are then built at the first probe).
 """
 
@@ -30,13 +33,8 @@ from concurrent.futures import Future, ThreadPoolExecutor
 
 import numpy as np
 
-from eddies.modules.stem_index import DIRECT_SPREAD, Run
+from eddies.modules.stem.index import DIRECT_SPREAD, Run
 from eddies.sources.table_store import is_range
-
-#: Tables of at least this many rows have their direct-address tables built in the
-#: worker (one default scan batch: a smaller table hands the thread one batch or less,
-#: nothing to overlap). Below it the index is built at the first probe.
-BACKGROUND_MIN_ROWS = 1 << 17
 
 _pool: ThreadPoolExecutor | None = None
 _pool_pid: int | None = None

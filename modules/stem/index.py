@@ -47,13 +47,14 @@ class SortedRunIndex:
         return self._runs
 
     def insert(self, keys: np.ndarray, positions: np.ndarray) -> None:
+        """Add entries (int64 keys and their stored positions, equal lengths)."""
         if len(keys) == 0:
             return
         self.insert_run(Run.of(keys, positions))
 
     def insert_run(self, run: Run) -> None:
         """Add a run made elsewhere (a direct run built in the background,
-        eddies.modules.direct_build), merging as :meth:`insert` does."""
+        eddies.modules.stem.direct_build), merging as :meth:`insert` does."""
         self._runs.append(run)
         while len(self._runs) >= 2 and 2 * self._runs[-1].size >= self._runs[-2].size:
             upper_keys, upper_positions = self._runs.pop().entries()
@@ -291,36 +292,3 @@ class Run:
             self._distinct = pd.Index(keys[first])
         assert self._starts is not None
         return self._distinct, self._starts
-
-
-class GrowableArray:
-    """An append-only NumPy vector with amortized O(1) appends; ``view()`` is zero-copy."""
-
-    def __init__(self, dtype: type, capacity: int = 1024) -> None:
-        self._data = np.empty(capacity, dtype=dtype)
-        self._size = 0
-
-    def __len__(self) -> int:
-        return self._size
-
-    def extend(self, values: np.ndarray) -> None:
-        need = self._size + len(values)
-        if need > len(self._data):
-            grown = np.empty(max(need, 2 * len(self._data)), dtype=self._data.dtype)
-            grown[: self._size] = self._data[: self._size]
-            self._data = grown
-        self._data[self._size : need] = values
-        self._size = need
-
-    def extend_constant(self, n: int, value) -> None:
-        """Append ``n`` copies of ``value`` (no temporary array)."""
-        need = self._size + n
-        if need > len(self._data):
-            grown = np.empty(max(need, 2 * len(self._data)), dtype=self._data.dtype)
-            grown[: self._size] = self._data[: self._size]
-            self._data = grown
-        self._data[self._size : need] = value
-        self._size = need
-
-    def view(self) -> np.ndarray:
-        return self._data[: self._size]

@@ -1,4 +1,4 @@
-"""A SteM's per-tuple columns that are often implied: row ids and stored Done bits.
+"""A SteM's per-tuple columns: growable arrays, and the two often implied (row ids, Done bits).
 
 A SteM stores, per built tuple, its row id, build TimeStamp and Done bits (stems-2003
 §2.1; the Done bits of SMs passed before the build, so a probe's result carries them).
@@ -17,8 +17,47 @@ from collections.abc import Callable
 
 import numpy as np
 
-from eddies.modules.stem_index import GrowableArray
 from eddies.sources.table_store import is_range
+
+
+class GrowableArray:
+    """An append-only NumPy vector with amortized O(1) appends; ``view()`` is zero-copy.
+
+    Also what a STAIR's groups store their row ids and key codes in
+    (:mod:`eddies.modules.stair`).
+    """
+
+    def __init__(self, dtype: type, capacity: int = 1024) -> None:
+        self._data = np.empty(capacity, dtype=dtype)
+        self._size = 0
+
+    def __len__(self) -> int:
+        return self._size
+
+    def _reserve(self, need: int) -> None:
+        """Room for ``need`` values: at least double the capacity when it grows."""
+        if need > len(self._data):
+            grown = np.empty(max(need, 2 * len(self._data)), dtype=self._data.dtype)
+            grown[: self._size] = self._data[: self._size]
+            self._data = grown
+
+    def extend(self, values: np.ndarray) -> None:
+        """Append ``values`` (cast to the array's dtype)."""
+        need = self._size + len(values)
+        self._reserve(need)
+        self._data[self._size : need] = values
+        self._size = need
+
+    def extend_constant(self, n: int, value) -> None:
+        """Append ``n`` copies of ``value`` (no temporary array)."""
+        need = self._size + n
+        self._reserve(need)
+        self._data[self._size : need] = value
+        self._size = need
+
+    def view(self) -> np.ndarray:
+        """The values appended so far (a view: do not keep it across appends)."""
+        return self._data[: self._size]
 
 
 def _range_start(row_ids: np.ndarray) -> int | None:
@@ -57,6 +96,7 @@ class RowIds:
 
     @property
     def is_positions(self) -> bool:
+        """Every stored row id equals its position (nothing written)."""
         return self._values is None
 
     def extend(self, row_ids: np.ndarray) -> None:
@@ -101,6 +141,7 @@ class DoneBits:
 
     @property
     def constant(self) -> int | None:
+        """The Done bits every stored tuple has, or None once they differ."""
         if self._values is not None:
             return None
         return self._first or 0

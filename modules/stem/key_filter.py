@@ -75,7 +75,7 @@ class KeyFilter:
     def of_present(cls, present: np.ndarray, low: int, size: int) -> KeyFilter | None:
         """The filter of the codes ``low + i`` for which ``present[i]`` (bool) holds, each
         given once (``size`` of them): read off a SteM index's direct-address table
-        (eddies.modules.stem_index) in one sequential pass, where the constructor gathers
+        (eddies.modules.stem.index) in one sequential pass, where the constructor gathers
         every key and scatters it at random. None where the constructor would not make a
         bitmap of that range (then make it from the keys)."""
         span = len(present)
