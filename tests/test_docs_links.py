@@ -3,9 +3,8 @@
 Every relative link in README.md, docs/*.md, examples/README.md and bench/README.md names a
 file or folder of the repository, and a ``#anchor`` into a Markdown page names one of its
 headings (GitHub's slugs). Every repository path written in backticks in docs/concepts.md
-(``engine/plan/planner.py``, ``modules/stem/``) names an existing module: a file, or a
-package of the same import name (``modules/stem.py`` and ``modules/stem/`` are both the
-module ``eddies.modules.stem``, so a page stays right while a module becomes a package).
+(``engine/plan/planner.py``, ``modules/stem/``) names an existing file or folder, as
+written: a module that became a package (or moved) must be renamed on the page too.
 """
 
 from __future__ import annotations
@@ -133,15 +132,9 @@ def _shown(path: Path) -> str:
 
 
 def module_exists(relative: str) -> bool:
-    """A path names an existing file or folder, or the same module as a file or package."""
+    """A path names an existing file (``x.py``) or folder (``x/``) of the repository."""
     path = ROOT / relative
-    if path.exists():
-        return True
-    if relative.endswith("/"):  # a package that is still one file
-        return path.with_suffix(".py").is_file()
-    if relative.endswith(".py"):  # a module that has become a package
-        return (path.with_suffix("") / "__init__.py").is_file()
-    return False
+    return path.is_dir() if relative.endswith("/") else path.is_file()
 
 
 def code_paths(path: Path) -> list[tuple[int, str]]:
@@ -196,5 +189,6 @@ def test_the_checker_finds_what_is_broken(tmp_path: Path) -> None:
         "gone.md (no such file)",
     ]
     assert module_exists("modules/selection.py") and module_exists("engine/plan/")
-    assert module_exists("engine/plan.py")  # the package engine/plan/, as one file's name
+    assert not module_exists("engine/plan.py")  # the package engine/plan/, as a file's name
+    assert not module_exists("modules/stem.py/")
     assert not module_exists("modules/no_such_module.py")
