@@ -16,7 +16,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from eddies.engine.plan.planner import FinalizeSpec
+from eddies.engine.plan.plan_types import FinalizeSpec
 from eddies.errors import EddiesError, ExpressionError
 from eddies.router.expressions import KERNEL_ERRORS, Call, evaluate_async, mask_of
 from eddies.sources.decimal_float import as_double

@@ -12,7 +12,8 @@ from collections import deque
 
 from eddies.engine.catalog import Catalog
 from eddies.engine.plan.join_state import JOIN_STATES, stair_contents, with_join_state
-from eddies.engine.plan.planner import Plan, plan_query
+from eddies.engine.plan.plan_types import Plan
+from eddies.engine.plan.planner import plan_query
 from eddies.engine.plan.scan_filter_choice import scan_filter_pushes
 from eddies.errors import EddiesError
 from eddies.router.routing_table import DestinationKind, RoutingTable

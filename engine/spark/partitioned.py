@@ -47,7 +47,8 @@ from eddies.engine.api import _unwrap, execute
 from eddies.engine.catalog import Catalog, CatalogTable
 from eddies.engine.execution.run import run_plan, seed_scheduler
 from eddies.engine.options import RunOptions
-from eddies.engine.plan.planner import Plan, plan_query
+from eddies.engine.plan.plan_types import Plan
+from eddies.engine.plan.planner import plan_query
 from eddies.engine.runtime.precise_clock import run_clock
 from eddies.engine.spark.driver import arrow_schema
 from eddies.errors import DataSourceError, EddiesError

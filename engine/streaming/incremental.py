@@ -65,7 +65,7 @@ from eddies.engine.above.finalize import (
 )
 from eddies.engine.expr.compile import HopWindow, TimeBucket, floor_us
 from eddies.engine.options import RunOptions
-from eddies.engine.plan.planner import FinalizeSpec, Plan
+from eddies.engine.plan.plan_types import FinalizeSpec, Plan
 from eddies.errors import EddiesError, UnsupportedQueryError
 from eddies.router.expressions import Call, ColumnRef, evaluate_async, mask_of
 from eddies.sources.decimal_float import as_double
