@@ -26,7 +26,7 @@ from eddies.engine.frontend.parse import parse_statement
 from eddies.engine.options import RunOptions
 from eddies.engine.plan.join_state import with_join_state
 from eddies.engine.plan.plan_cache import cached_plan
-from eddies.engine.plan.planner import Plan
+from eddies.engine.plan.plan_types import Plan
 from eddies.engine.runtime.gc_freeze import freeze_import_time_objects
 from eddies.engine.runtime.malloc_retain import retain_freed_memory
 from eddies.engine.runtime.precise_clock import run_clock

@@ -25,7 +25,7 @@ from eddies.engine.above.relational import (
     select_groups,
     widen_risky_sums,
 )
-from eddies.engine.plan.planner import FinalizeSpec
+from eddies.engine.plan.plan_types import FinalizeSpec
 from eddies.errors import EddiesError, ExpressionError
 from eddies.router.expressions import KERNEL_ERRORS, evaluate_async
 from eddies.sources.decimal_float import as_double

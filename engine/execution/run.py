@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 import trio
 
 from eddies.engine.options import RunOptions
-from eddies.engine.plan.planner import Plan
+from eddies.engine.plan.plan_types import Plan
 from eddies.engine.plan.scan_filter_choice import ScanFilterPush, pushing, scan_filter_pushes
 from eddies.engine.streaming.commit_points import CommitPoints
 from eddies.errors import UnsupportedQueryError

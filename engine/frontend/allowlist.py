@@ -149,9 +149,9 @@ ALLOWED: dict[type[exp.Expression], frozenset[str]] = {
     exp.Greatest: frozenset({"this", "expressions", "ignore_nulls"}),
     exp.Least: frozenset({"this", "expressions", "ignore_nulls"}),
     # registered Python functions, and window(ts, size[, slide]) (sql.py reads the WINDOW
-    # token before "(" as a name; compile.py/planner.py allow it as a GROUP BY key only)
+    # token before "(" as a name; compile.py/finalize_plan.py allow it as a GROUP BY key only)
     exp.Anonymous: frozenset({"this", "expressions"}),
-    # aggregates (planner.py): one argument each; COUNT(*) and COUNT(DISTINCT x)
+    # aggregates (aggregate_calls.py): one argument each; COUNT(*) and COUNT(DISTINCT x)
     exp.Count: frozenset({"this", "big_int"}),
     exp.Sum: _UNARY,
     exp.Avg: _UNARY,
@@ -165,14 +165,14 @@ ALLOWED: dict[type[exp.Expression], frozenset[str]] = {
     exp.LogicalAnd: _UNARY,  # bool_and
     exp.LogicalOr: _UNARY,  # bool_or
     exp.AnyValue: _UNARY,
-    exp.IgnoreNulls: _UNARY,  # sqlglot wraps any_value(x) in it; planner.py unwraps
+    exp.IgnoreNulls: _UNARY,  # sqlglot wraps any_value(x) in it; aggregate_calls.py unwraps
     exp.Filter: _BINARY,
     exp.Median: _UNARY,
     exp.PercentileCont: _BINARY,  # quantile_cont(x, q)
     exp.ArgMin: _BINARY,
     exp.ArgMax: _BINARY,
     exp.GroupConcat: frozenset({"this", "separator"}),  # string_agg, ORDER BY as this
-    # agg FILTER (WHERE ...): planner.py rewrites it
+    # agg FILTER (WHERE ...): aggregate_calls.py rewrites it
     # Composite queries (composite.py splits them into eddy queries and what runs above
     # them; sql.refuse_composite keeps them out of a single eddy's QueryBlock).
     exp.With: frozenset({"expressions"}),

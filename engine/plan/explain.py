@@ -10,11 +10,13 @@ from __future__ import annotations
 import dataclasses
 from collections import deque
 
-from eddies.engine.catalog import Catalog
+from eddies.engine.catalog import Catalog, CatalogTable
 from eddies.engine.plan.join_state import JOIN_STATES, stair_contents, with_join_state
-from eddies.engine.plan.planner import Plan, plan_query
+from eddies.engine.plan.plan_types import FinalizeSpec, Plan
+from eddies.engine.plan.planner import plan_query
 from eddies.engine.plan.scan_filter_choice import scan_filter_pushes
 from eddies.errors import EddiesError
+from eddies.router.query_graph import QueryGraph
 from eddies.router.routing_table import DestinationKind, RoutingTable
 from eddies.router.stats import RunStats
 from eddies.router.tuple_batch import Signature
@@ -75,44 +77,80 @@ def _successors(plan: Plan, table: RoutingTable, sig: Signature) -> list[Signatu
 
 
 def explain_plan(plan: Plan) -> str:
-    """The text of :func:`explain` for an already planned query."""
-    graph = plan.graph
+    """The text of :func:`explain` for an already planned query: its AMs, SteMs (or
+    STAIRs), SMs, SteM filters, join steps, destinations, the routing table reachable
+    from fresh singletons (at most ``MAX_SIGNATURES`` signatures) and what runs above
+    the eddy, one section after another."""
     lines = ["eddy plan", "", "access modules (AMs):"]
     for table, entry in plan.tables.items():
-        aliases = ", ".join(a.name for a in graph.aliases if a.table == table)
-        for source in entry.scans:
-            where = source.path or (
-                "in-memory table"
-                if source.table is not None
-                else "paged source"
-                if source.pages is not None
-                else "stream"
-            )
-            name = source.access_name or table
-            lines.append(f"  scan:{name}  ({where}; table {table}; aliases: {aliases})")
-            if table in plan.scan_columns:
-                read = ", ".join(plan.scan_columns[table]) or "none (row counts only)"
-                lines.append(f"    reads columns: {read}")
-            if table in plan.scan_filters:
-                pushed = " ".join(str(plan.scan_filters[table]).split())
-                lines.append(f"    filter pushed into the scan: {pushed}")
-        for index in entry.indexes:
-            lines.append(
-                f"  am:{index.name}  (index on ({', '.join(index.on)}), up to "
-                f"{index.max_concurrency} lookups in flight; table {table}; aliases: {aliases})"
-            )
-        if entry.deduplicates:
-            key = ", ".join(entry.key) if entry.key else "all columns"
-            lines.append(f"    competing AMs of {table}: duplicates removed by ({key})")
+        lines += _access_lines(plan, table, entry)
     lines.append("")
+    lines += _join_state_lines(plan)
+    lines += ["", "predicates (SMs; Done bits):"]
+    lines += _predicate_lines(plan)
+    lines += _filter_lines(plan)
+    lines += _step_lines(plan.graph)
+    lines += [
+        "",
+        "destinations (default static order): " + ", ".join(d.name for d in plan.destinations),
+        "",
+        "routing table:",
+    ]
+    lines += _routing_lines(plan)
+    fin = plan.finalize
+    above = [text for step in fin.above_steps() if (text := _above_step(fin, step))]
+    lines += ["", "above the eddy: " + (", ".join(above) or "projection only")]
+    return "\n".join(lines)
+
+
+def _access_lines(plan: Plan, table: str, entry: CatalogTable) -> list[str]:
+    """The scan and index AMs of one table, what each scan reads and skips, and how
+    competing AMs' duplicates are removed."""
+    aliases = ", ".join(a.name for a in plan.graph.aliases if a.table == table)
+    lines = []
+    for source in entry.scans:
+        where = source.path or (
+            "in-memory table"
+            if source.table is not None
+            else "paged source"
+            if source.pages is not None
+            else "stream"
+        )
+        name = source.access_name or table
+        lines.append(f"  scan:{name}  ({where}; table {table}; aliases: {aliases})")
+        if table in plan.scan_columns:
+            read = ", ".join(plan.scan_columns[table]) or "none (row counts only)"
+            lines.append(f"    reads columns: {read}")
+        if table in plan.scan_filters:
+            pushed = " ".join(str(plan.scan_filters[table]).split())
+            lines.append(f"    filter pushed into the scan: {pushed}")
+    for index in entry.indexes:
+        lines.append(
+            f"  am:{index.name}  (index on ({', '.join(index.on)}), up to "
+            f"{index.max_concurrency} lookups in flight; table {table}; aliases: {aliases})"
+        )
+    if entry.deduplicates:
+        key = ", ".join(entry.key) if entry.key else "all columns"
+        lines.append(f"    competing AMs of {table}: duplicates removed by ({key})")
+    return lines
+
+
+def _join_state_lines(plan: Plan) -> list[str]:
+    """The SteMs and their hash indexes, or the STAIRs (stairs-2004)."""
+    graph = plan.graph
     if plan.join_state != "stems":
-        lines += _stairs_section(plan)
-    else:
-        lines.append("SteMs:" if graph.stem_tables else "SteMs: none (one table: no joins)")
-    for table in graph.stem_tables if plan.join_state == "stems" else ():
+        return _stairs_section(plan)
+    lines = ["SteMs:" if graph.stem_tables else "SteMs: none (one table: no joins)"]
+    for table in graph.stem_tables:
         indexes = ", ".join(f"({', '.join(c)})" for c in plan.index_kinds[table]) or "none"
         lines.append(f"  stem:{table}  hash indexes on {indexes}")
-    lines += ["", "predicates (SMs; Done bits):"]
+    return lines
+
+
+def _predicate_lines(plan: Plan) -> list[str]:
+    """One line per predicate: its SQL, the aliases it reads and its role."""
+    graph = plan.graph
+    lines = []
     for p in graph.predicates:
         role = " — equi-join edge: SteM probe key, or SM when closing a cycle" if p.edge else ""
         if p.edge is not None and plan.join_state != "stems":
@@ -125,7 +163,14 @@ def explain_plan(plan: Plan) -> str:
         lines.append(f"  {p.name}: {p.sql}  [{', '.join(graph.alias_names(p.alias_mask))}]{role}")
     if not graph.predicates:
         lines.append("  none")
+    return lines
+
+
+def _filter_lines(plan: Plan) -> list[str]:
+    """The SteM filters (semi-joins) and the scan filters they push, if any."""
+    graph = plan.graph
     filters = [d for d in plan.destinations if d.kind is DestinationKind.FILTER]
+    lines = []
     if filters:
         lines += ["", "SteM filters (semi-joins; offered once the SteM holds its table):"]
         for d in filters:
@@ -140,83 +185,94 @@ def explain_plan(plan: Plan) -> str:
         lines += ["", "dynamic scan filters (pushed once the SteM holds its table; row groups):"]
         for push in pushes.values():
             lines.append(f"  scan:{push.scan_table} skips by the {push.name}")
-    if graph.steps:
-        region = ", ".join(graph.alias_names(graph.region_mask))
-        lines += [
-            "",
-            f"join steps (after the region {{{region}}}; a tuple takes those whose needs it "
-            "spans, in the order the policy picks; each probes a complete SteM, or one "
-            "holding its lookups' EOTs):",
-        ]
-        for step in graph.steps:
-            alias = graph.aliases[step.alias].name
-            needs = ", ".join(graph.alias_names(step.needs))
-            lines.append(
-                f"  step:{alias}  {step.kind} ({len(step.keys)} hashed key(s)"
-                f"{', residual' if step.residual is not None else ''}"
-                f"{', stored filter' if step.stored_filter is not None else ''}"
-                f"{', EOT-gated: looks its keys up first' if step.lookup else ''}"
-                f"{', in its FROM place' if step.barrier else ''}) needs {{{needs}}}: "
-                f"{step.sql}"
-            )
-    lines += [
+    return lines
+
+
+def _step_lines(graph: QueryGraph) -> list[str]:
+    """The join steps after the inner-join region, if any."""
+    if not graph.steps:
+        return []
+    region = ", ".join(graph.alias_names(graph.region_mask))
+    lines = [
         "",
-        "destinations (default static order): " + ", ".join(d.name for d in plan.destinations),
-        "",
-        "routing table:",
+        f"join steps (after the region {{{region}}}; a tuple takes those whose needs it "
+        "spans, in the order the policy picks; each probes a complete SteM, or one "
+        "holding its lookups' EOTs):",
     ]
-    table = RoutingTable(graph, plan.destinations)
+    for step in graph.steps:
+        alias = graph.aliases[step.alias].name
+        needs = ", ".join(graph.alias_names(step.needs))
+        lines.append(
+            f"  step:{alias}  {step.kind} ({len(step.keys)} hashed key(s)"
+            f"{', residual' if step.residual is not None else ''}"
+            f"{', stored filter' if step.stored_filter is not None else ''}"
+            f"{', EOT-gated: looks its keys up first' if step.lookup else ''}"
+            f"{', in its FROM place' if step.barrier else ''}) needs {{{needs}}}: "
+            f"{step.sql}"
+        )
+    return lines
+
+
+def _routing_lines(plan: Plan) -> list[str]:
+    """The routing table's entries for the signatures reachable from fresh singletons
+    (STAIRs: every signature the STAIRs may hold), breadth first, at most
+    ``MAX_SIGNATURES``."""
+    table = RoutingTable(plan.graph, plan.destinations)
     seen: set[Signature] = set()
     queue = deque(table.start_signatures())
     if plan.join_state != "stems":  # STAIRs: every reachable signature, found at once
         queue = deque(stair_contents(plan, MAX_SIGNATURES)[0])
+    lines = []
     while queue and len(seen) < MAX_SIGNATURES:
         sig = queue.popleft()
         if sig in seen:
             continue
         seen.add(sig)
-        entry = table.entry(sig)
-        names = [
-            "{" + " / ".join(plan.destinations[a].name for a in entry.alternatives[d]) + "}"
-            if d in entry.alternatives
-            else plan.destinations[d].name
-            for d in entry.destinations
-        ]
-        span = ",".join(graph.alias_names(sig.span))
-        done = ",".join(graph.predicate_names(sig.done)) or "-"
-        built = "" if sig.built else " (unbuilt)"
-        if sig.prior and not sig.floating:
-            built += f" (prior prober of {','.join(graph.alias_names(sig.prior))})"
-        if sig.looked:
-            built += f" (looked up {','.join(graph.alias_names(sig.looked))})"
-        if sig.floating:
-            built = " (floating: never built)" + (
-                f" (probes {','.join(graph.alias_names(sig.prior))} again)" if sig.prior else ""
-            )
-        dropped = (
-            "(none: dropped — only its join step reads this SteM)"
-            if graph.steps
-            else "(none: dropped — the floating tuples make every result)"
-        )
-        target = " | ".join(names) or dropped
-        lines.append(f"  span {{{span}}}{built} done {{{done}}} -> {target}")
+        lines.append(_signature_line(plan, table, sig))
         queue.extend(s for s in _successors(plan, table, sig) if s not in seen)
     if queue:
         lines.append(f"  ... (more than {MAX_SIGNATURES} signatures)")
-    fin = plan.finalize
-    above = []
-    if fin.group is not None:
-        above.append(f"aggregate ({len(fin.group)} keys, {len(fin.aggregates)} aggregates)")
-    if fin.having is not None:
-        above.append("HAVING")
-    if fin.distinct:
-        above.append("DISTINCT")
-    if fin.order:
-        above.append("ORDER BY")
-    if fin.limit is not None:
-        above.append(f"LIMIT {fin.limit}" + (" (stops the eddy early)" if fin.streaming else ""))
-    lines += ["", "above the eddy: " + (", ".join(above) or "projection only")]
-    return "\n".join(lines)
+    return lines
+
+
+def _signature_line(plan: Plan, table: RoutingTable, sig: Signature) -> str:
+    """``span {...} done {...} -> destinations`` for one signature (alternatives of one
+    choice in braces)."""
+    graph = plan.graph
+    entry = table.entry(sig)
+    names = [
+        "{" + " / ".join(plan.destinations[a].name for a in entry.alternatives[d]) + "}"
+        if d in entry.alternatives
+        else plan.destinations[d].name
+        for d in entry.destinations
+    ]
+    span = ",".join(graph.alias_names(sig.span))
+    done = ",".join(graph.predicate_names(sig.done)) or "-"
+    built = "" if sig.built else " (unbuilt)"
+    if sig.prior and not sig.floating:
+        built += f" (prior prober of {','.join(graph.alias_names(sig.prior))})"
+    if sig.looked:
+        built += f" (looked up {','.join(graph.alias_names(sig.looked))})"
+    if sig.floating:
+        built = " (floating: never built)" + (
+            f" (probes {','.join(graph.alias_names(sig.prior))} again)" if sig.prior else ""
+        )
+    dropped = (
+        "(none: dropped — only its join step reads this SteM)"
+        if graph.steps
+        else "(none: dropped — the floating tuples make every result)"
+    )
+    target = " | ".join(names) or dropped
+    return f"  span {{{span}}}{built} done {{{done}}} -> {target}"
+
+
+def _above_step(fin: FinalizeSpec, step: str) -> str | None:
+    """How explain words one of :meth:`FinalizeSpec.above_steps` (OFFSET: not shown)."""
+    if step == "aggregate":
+        return f"aggregate ({len(fin.group)} keys, {len(fin.aggregates)} aggregates)"
+    if step == "limit":
+        return f"LIMIT {fin.limit}" + (" (stops the eddy early)" if fin.streaming else "")
+    return {"having": "HAVING", "distinct": "DISTINCT", "order": "ORDER BY"}.get(step)
 
 
 def _stairs_section(plan: Plan) -> list[str]:

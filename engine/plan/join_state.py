@@ -21,7 +21,7 @@ from __future__ import annotations
 import dataclasses
 
 from eddies.engine.options import JOIN_STATES
-from eddies.engine.plan.planner import Plan
+from eddies.engine.plan.plan_types import Plan
 from eddies.errors import UnsupportedQueryError
 from eddies.router.routing_table import Destination, DestinationKind, RoutingTable
 from eddies.router.tuple_batch import Signature

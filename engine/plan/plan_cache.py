@@ -2,7 +2,7 @@
 
 Planning (parsing, resolving names, typing, the query graph, the finalizer) costs about
 1.1 ms of a 7 ms Wisconsin 5-way star join over 10k rows (issue 11: that query is
-mostly the engine's fixed cost per query). A :class:`~eddies.engine.plan.planner.Plan` is
+mostly the engine's fixed cost per query). A :class:`~eddies.engine.plan.plan_types.Plan` is
 not changed by running it (``lower`` builds each run's modules, stores and routing state
 from it, ``with_join_state`` returns a copy), so one plan serves every run of its text.
 
@@ -20,7 +20,8 @@ import threading
 import weakref
 
 from eddies.engine.catalog import Catalog
-from eddies.engine.plan.planner import Plan, plan_query
+from eddies.engine.plan.plan_types import Plan
+from eddies.engine.plan.planner import plan_query
 
 #: Plans kept per catalog.
 MAX_PLANS = 128

@@ -25,6 +25,9 @@ from sqlglot import exp
 
 from eddies.engine.expr.casts import unify
 from eddies.engine.expr.compile import compile_expr
+from eddies.engine.frontend.parse import QueryBlock
+from eddies.engine.plan.column_scope import BaseScope
+from eddies.engine.plan.plan_types import Plan
 from eddies.errors import EddiesError
 from eddies.router.expressions import KERNEL_ERRORS
 
@@ -170,3 +173,29 @@ def needed_columns(keys: set[tuple[int, str]], aliases: list[int]) -> set[str]:
     from its predicates and output) under any of the table's ``aliases``."""
     wanted = set(aliases)
     return {column for alias, column in keys if alias in wanted}
+
+
+def prune_scans(plan: Plan, block: QueryBlock, scope: BaseScope) -> None:
+    """Fill ``plan.scan_columns`` and ``plan.scan_filters`` for tables read by a single
+    dataset scan AM (with several AMs, duplicates are recognized by all columns, and a
+    filtered scan could not stand in for the table)."""
+    keys = set(plan.output_columns)
+    exprs = [p.expr for p in plan.graph.predicates]
+    for step in plan.graph.steps:  # a join step's keys and conditions read columns too
+        exprs += [e for key in step.keys for e in key[:2]]
+        exprs += [step.residual, step.notin, step.stored_filter]
+    for expr in exprs:
+        if expr is not None:
+            keys |= {k for k in expr.column_keys() if isinstance(k, tuple)}
+    for name, entry in plan.tables.items():
+        if len(entry.scans) != 1 or entry.indexes or not entry.scans[0].prunable:
+            continue
+        source = entry.scans[0]
+        aliases = [a.index for a in plan.graph.aliases if a.table == name]
+        wanted = needed_columns(keys, aliases)
+        plan.scan_columns[name] = [c for c in source.schema.names if c in wanted]
+        if len(aliases) == 1:  # a self-join's one scan feeds every alias: no filter
+            types = {f.name: f.type for f in source.dataset.schema}
+            pushed = scan_filter(block.conjuncts, aliases[0], scope, types)
+            if pushed is not None:
+                plan.scan_filters[name] = pushed

@@ -228,7 +228,7 @@ def decorrelate(select: exp.Select, tables: Any, fresh: Callable[[str], str]) ->
 
 def _hide_from_stars(select: exp.Select, done: list[Correlation]) -> None:
     """``SELECT *`` must not show the derived tables' columns: each bare ``*`` EXCLUDEs
-    them, qualified (``* EXCLUDE (__sq_1.__k0, ...)``, planner._star_items)."""
+    them, qualified (``* EXCLUDE (__sq_1.__k0, ...)``, select_items._star_items)."""
     hidden = [
         exp.column(item.alias_or_name, table=c.alias)
         for c in done

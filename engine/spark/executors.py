@@ -63,7 +63,8 @@ from sqlglot import exp
 from eddies.engine.api import execute
 from eddies.engine.catalog import Catalog
 from eddies.engine.options import RunOptions, check_timeout
-from eddies.engine.plan.planner import FinalizeSpec, Plan, plan_query
+from eddies.engine.plan.plan_types import FinalizeSpec, Plan
+from eddies.engine.plan.planner import plan_query
 from eddies.engine.runtime.precise_clock import run_clock
 from eddies.engine.spark.arrow_schema import (
     arrow_schema,

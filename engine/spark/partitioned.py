@@ -47,7 +47,8 @@ from eddies.engine.api import execute
 from eddies.engine.catalog import Catalog
 from eddies.engine.execution.run import seed_scheduler
 from eddies.engine.options import RunOptions
-from eddies.engine.plan.planner import Plan, plan_query
+from eddies.engine.plan.plan_types import Plan
+from eddies.engine.plan.planner import plan_query
 from eddies.engine.runtime.precise_clock import run_clock
 from eddies.engine.spark.arrow_schema import (
     cast_columns,

@@ -60,7 +60,7 @@ import numpy as np
 import pyarrow as pa
 
 from eddies.engine.options import RunOptions
-from eddies.engine.plan.planner import Plan
+from eddies.engine.plan.plan_types import Plan
 from eddies.engine.streaming.commit_points import Commit, CommitPoints
 from eddies.engine.streaming.incremental import EventTimes, StreamingAggregate, StreamingPlan
 from eddies.errors import EddiesError, UnsupportedQueryError

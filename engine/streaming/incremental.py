@@ -64,7 +64,7 @@ from eddies.engine.above.relational import (
 )
 from eddies.engine.expr.functions.event_time import HopWindow, TimeBucket, floor_us
 from eddies.engine.options import RunOptions
-from eddies.engine.plan.planner import FinalizeSpec, Plan
+from eddies.engine.plan.plan_types import FinalizeSpec, Plan
 from eddies.errors import EddiesError, UnsupportedQueryError
 from eddies.router.expressions import Call, ColumnRef
 from eddies.sources.decimal_float import as_double
