@@ -22,9 +22,11 @@ decisions — so ``batch_size=1`` is exactly the per-tuple eddy of the paper.
   each window's end they become the banked tickets the lottery draws with, so the policy
   follows changes in cost and selectivity.
 
-``rank``, ``bandit`` and ``hybrid`` — the default (:data:`DEFAULT_POLICY`): this lottery
-among free choices, ``rank`` with pilots where an SM calling a UDF or an index AM lookup is
-eligible — learn from observed costs and selectivities: :mod:`eddies.router.learning`.
+``rank``, ``bandit`` and ``hybrid`` — the default
+(:data:`eddies.router.run_choices.DEFAULT_POLICY`): this lottery among free choices,
+``rank`` with pilots where an SM calling a UDF or an index AM lookup is eligible — learn
+from observed costs and selectivities: :mod:`eddies.router.learning`. The policies' names
+are in :mod:`eddies.router.run_choices`.
 
 Index AMs (stems-2003): a prior prober bounced by the SteM of alias b goes on to an index AM
 of b's table, so the real cost of probing b's SteM first is the lookup that follows. The
@@ -47,20 +49,8 @@ from eddies.router.access_choice import AccessChooser
 from eddies.router.estimates import Estimates
 from eddies.router.messages import Returned
 from eddies.router.routing_table import Destination, DestinationKind, RouteEntry
+from eddies.router.run_choices import POLICIES
 from eddies.router.tuple_batch import Signature
-
-POLICIES = (
-    "static",
-    "random",
-    "naive",
-    "lottery",
-    "lottery-window",
-    "rank",
-    "bandit",
-    "hybrid",
-)
-#: The policy of a query that names none (see eddies.router.learning.HybridPolicy).
-DEFAULT_POLICY = "hybrid"
 
 HasRoom = Callable[[int], bool]
 Choice = int | np.ndarray | None

@@ -20,7 +20,7 @@ from eddies.engine import Catalog, run_query
 from eddies.engine.execution.run import DEFAULT_QUEUE_CAPACITY
 from eddies.modules import stem
 from eddies.router import eddy
-from eddies.router.policies import POLICIES
+from eddies.router.run_choices import POLICIES
 
 ALWAYS_FALSE = "SELECT * FROM a, b WHERE a.x + b.y < -1"
 

@@ -43,7 +43,7 @@ from eddies.engine.options import JOIN_STATES
 from eddies.engine.runtime.logging_setup import FORMATS, LEVELS, configure_logging
 from eddies.engine.runtime.precise_clock import run_clock
 from eddies.errors import find_error
-from eddies.router.policies import DEFAULT_POLICY
+from eddies.router.run_choices import DEFAULT_POLICY
 from eddies.sources.dataset_source import is_glob
 
 if TYPE_CHECKING:
