@@ -27,17 +27,26 @@ __all__ = ["MAX_COLUMN_WIDTH", "print_result", "result_footer", "stdout_console"
 MAX_COLUMN_WIDTH = 40
 
 
+class _PipeConsole(Console):
+    """A console whose closed pipe (``eddies ... | head``) raises BrokenPipeError, which
+    the entry point turns into a quiet exit 0 (rich's default exits with status 1)."""
+
+    def on_broken_pipe(self) -> None:
+        self.quiet = True
+        raise BrokenPipeError
+
+
 def stdout_console() -> Console:
     """A rich console on stdout: the terminal's width, or (a pipe, a file, a test) as
     wide as a line needs, up to COLUMNS or 200."""
     if sys.stdout.isatty():
-        return Console(highlight=False)
+        return _PipeConsole(highlight=False)
     # Not a terminal: rich would assume 80 columns and fold every wide table.
     try:
         width = int(os.environ.get("COLUMNS", "200"))
     except ValueError:
         width = 200
-    return Console(highlight=False, width=width)
+    return _PipeConsole(highlight=False, width=width)
 
 
 def _format_cell(value: Any) -> Text:
