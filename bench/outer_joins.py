@@ -22,7 +22,7 @@ import numpy as np
 import pyarrow as pa
 
 from eddies.engine import Catalog, execute
-from eddies.router.policies import DEFAULT_POLICY
+from eddies.router.run_choices import DEFAULT_POLICY
 
 QUERIES = {
     "inner": "SELECT count(*), sum(d.w) FROM f JOIN d ON f.k = d.k",

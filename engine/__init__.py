@@ -38,7 +38,7 @@ _EXPORTS = {
     "UnsupportedQueryError": "eddies.errors",
     "explain": "eddies.engine.plan.explain",
     "configure_logging": "eddies.engine.runtime.logging_setup",
-    "POLICIES": "eddies.router.policies",
+    "POLICIES": "eddies.router.run_choices",
     "ModuleStats": "eddies.router.stats",
     "RoutingEvent": "eddies.router.stats",
     "RunStats": "eddies.router.stats",
@@ -84,7 +84,7 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
         UnknownTableError,
         UnsupportedQueryError,
     )
-    from eddies.router.policies import POLICIES
+    from eddies.router.run_choices import POLICIES
     from eddies.router.stats import ModuleStats, RoutingEvent, RunStats
 
 

@@ -21,7 +21,8 @@ from typing import Any
 
 from eddies.engine.expr.intervals import span_us
 from eddies.errors import EddiesError
-from eddies.router.policies import DEFAULT_POLICY, check_policy_options
+from eddies.router.policies import check_policy_options
+from eddies.router.run_choices import DEFAULT_POLICY, JOIN_STATES
 from eddies.settings import Tuning, current
 
 
@@ -182,9 +183,6 @@ class RunOptions:
             if getattr(self, f.name) != getattr(default, f.name)
         }
 
-
-#: Join state per query (see eddies.engine.plan.join_state, which uses the same names).
-JOIN_STATES = ("stems", "eddyjoins", "stairs")
 
 #: Spark Structured Streaming's output modes.
 OUTPUT_MODES = ("update", "complete", "append")

@@ -717,6 +717,16 @@ class Eddy:
         stats = self._module_stats[destination]
         stats.tuples_in += n
         stats.batches_in += 1
-        self.stats.record_route(now - self._started, sig.span, sig.done, destination, n, sig.built)
+        self.stats.record_route(
+            now - self._started,
+            sig.span,
+            sig.done,
+            destination,
+            n,
+            sig.built,
+            prior=sig.prior,
+            looked=sig.looked,
+            floating=sig.floating,
+        )
         if visit is not None:
             self._accept(visit(work))

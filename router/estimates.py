@@ -219,29 +219,3 @@ class Estimates:
         """Decayed tuples observed for ``destination`` at ``signature`` (0.0 when unseen)."""
         est = self.get(signature, destination)
         return est.tuples if est is not None else 0.0
-
-    def format_rows(self, names: list[str], describe) -> list[str]:
-        """Text lines: per destination, then per signature (``describe(sig) -> str``)."""
-        lines = [
-            f"  {'destination':<26}{'µs/tuple':>10} {'±':<7}{'selectivity':>11} {'±':<7}"
-            f"{'ms/work':>8}{'weight':>9}{'drifts':>7}"
-        ]
-
-        def row(label: str, e: Estimate) -> str:
-            se_c, se_s = e.cost_stderr * 1e6, e.selectivity_stderr
-            return (
-                f"  {label:<26}{e.cost * 1e6:>10.3g} {_num(se_c):<7}{e.selectivity:>11.3g} "
-                f"{_num(se_s):<7}{e.latency_per_work * 1e3:>8.2f}{e.tuples:>9.0f}{e.drifts:>7}"
-            )
-
-        for d, e in sorted(self.by_destination.items()):
-            lines.append(row(names[d], e))
-        for sig, arms in self.by_signature.items():
-            lines.append(f"  at {describe(sig)}:")
-            for d in sorted(arms):
-                lines.append(row("  " + names[d], self.get(sig, d)))
-        return lines
-
-
-def _num(x: float) -> str:
-    return f"{x:.2g}" if math.isfinite(x) else "?"

@@ -17,6 +17,7 @@ import pyarrow as pa
 from eddies.router.estimates import Estimates
 from eddies.router.query_graph import QueryGraph
 from eddies.router.routing_table import Destination
+from eddies.router.stats_report import estimate_section, format_report, scan_section
 from eddies.router.udf_calls import UdfStats
 from eddies.settings import current
 
@@ -117,7 +118,11 @@ class RunStats:
     _done: array.array = field(default_factory=lambda: array.array("q"))
     _dest: array.array = field(default_factory=lambda: array.array("q"))
     _tuples: array.array = field(default_factory=lambda: array.array("q"))
-    _folded: dict[tuple[int, int, int], int] = field(default_factory=dict)
+    # Per decision, the id of its signature's (prior, looked, floating) in _bounces
+    # (0: none of them), so that a bounced tuple is a signature of its own in the summary.
+    _bounce: array.array = field(default_factory=lambda: array.array("q"))
+    _bounces: dict[tuple[int, int, bool], int] = field(default_factory=lambda: {(0, 0, False): 0})
+    _folded: dict[tuple[int, int, int, int], int] = field(default_factory=dict)
     _folded_decisions: int = 0
 
     def __post_init__(self) -> None:
@@ -131,8 +136,21 @@ class RunStats:
         return found
 
     def record_route(
-        self, t: float, span: int, done: int, destination: int, tuples: int, built: bool = True
+        self,
+        t: float,
+        span: int,
+        done: int,
+        destination: int,
+        tuples: int,
+        built: bool = True,
+        *,
+        prior: int = 0,
+        looked: int = 0,
+        floating: bool = False,
     ) -> None:
+        """Log one routing decision: ``tuples`` tuples of the signature (``span``, ``done``,
+        ``built``, ``prior``, ``looked``, ``floating``; eddies.router.tuple_batch.Signature)
+        sent to destination id ``destination`` at ``t`` seconds into the run."""
         # Unbuilt singletons are logged with a negative span, to keep one compact array.
         span = span if built else -span
         self._time.append(t)
@@ -140,22 +158,21 @@ class RunStats:
         self._done.append(done)
         self._dest.append(destination)
         self._tuples.append(tuples)
+        bounce = 0
+        if prior or looked or floating:
+            bounce = self._bounces.setdefault((prior, looked, floating), len(self._bounces))
+        self._bounce.append(bounce)
         if len(self._dest) > self.max_route_records:
             self._fold(len(self._dest) // 2)
 
     def _fold(self, n: int) -> None:
         """Fold the oldest ``n`` decisions into per-signature totals: a continuous query
         keeps a bounded log (the routing summary stays exact)."""
-        spans, dones, dests, tuples = (
-            self._span[:n],
-            self._done[:n],
-            self._dest[:n],
-            self._tuples[:n],
-        )
-        for key, count in zip(zip(spans, dones, dests, strict=True), tuples, strict=True):
+        keys = zip(self._span[:n], self._done[:n], self._dest[:n], self._bounce[:n], strict=True)
+        for key, count in zip(keys, self._tuples[:n], strict=True):
             self._folded[key] = self._folded.get(key, 0) + count
         self._folded_decisions += n
-        for log in (self._time, self._span, self._done, self._dest, self._tuples):
+        for log in (self._time, self._span, self._done, self._dest, self._tuples, self._bounce):
             del log[:n]
 
     @property
@@ -191,110 +208,71 @@ class RunStats:
             }
         )
 
+    def done_names(self, mask: int) -> tuple[str, ...]:
+        """The predicates and SteM filters whose Done bits ``mask`` sets, in the query's
+        names (a filter's bit sits above the predicates', eddies.router.routing_table)."""
+        filters = tuple(d.name for d in self.destinations if d.bit and mask & d.bit)
+        return self.graph.predicate_names(mask) + filters
+
     def routing_summary(self) -> dict[tuple[str, str], dict[str, int]]:
-        """Tuples sent to each destination, per signature ``(span, done)``."""
+        """Tuples sent to each destination, per signature ``(span, done)``: ``span`` the
+        aliases, then ``" (unbuilt)"`` for singletons not yet built and the flags of
+        tuples bounced back (``" (prior of p)"``, ``" (looked up p)"``, ``" (floating)"``);
+        ``done`` the predicates and SteM filters passed (:meth:`done_names`), ``"-"`` for
+        none. A tuple is counted once per signature: a filter's pass sets its own Done
+        bit, and a prober bounced back by a SteM is a signature of its own (only floating
+        tuples, stems-2003 §3.5, may probe again with one signature)."""
+        totals: dict[tuple[int, int, int, int], int] = dict(self._folded)
+        keys = zip(self._span, self._done, self._dest, self._bounce, strict=True)
+        for key, n in zip(keys, self._tuples, strict=True):
+            totals[key] = totals.get(key, 0) + n
+        bounces = {i: self._bounce_flags(*key) for key, i in self._bounces.items()}
         summary: dict[tuple[str, str], dict[str, int]] = {}
         g = self.graph
         names = [d.name for d in self.destinations]
-        logged = zip(
-            zip(self._span, self._done, self._dest, strict=True), self._tuples, strict=True
-        )
-        for (s, d, dest), n in [*self._folded.items(), *logged]:
+        for (s, d, dest, bounce), n in totals.items():
             span = ",".join(g.alias_names(abs(s))) + ("" if s > 0 else " (unbuilt)")
-            key = (span, ",".join(g.predicate_names(d)) or "-")
+            key = (span + bounces[bounce], ",".join(self.done_names(d)) or "-")
             per_dest = summary.setdefault(key, {})
             per_dest[names[dest]] = per_dest.get(names[dest], 0) + n
         return summary
 
-    def format(self) -> str:
-        """A plain-text report: module counters, then routing choices per signature."""
-        lines = [f"elapsed {self.elapsed_seconds * 1000:.1f} ms, {self.rows_out} rows out", ""]
-        w = max([24] + [len(m.name) + 2 for m in self.modules.values()])
-        header = f"{'module':<{w}}{'kind':<8}{'in':>12}{'out':>12}{'batches':>10}{'busy ms':>10}"
-        lines += [header, "-" * len(header)]
-        for m in self.modules.values():
-            lines.append(
-                f"{m.name:<{w}}{m.kind:<8}{m.tuples_in:>12}{m.tuples_out:>12}"
-                f"{m.batches_in:>10}{m.busy_seconds * 1000:>10.1f}"
-            )
-        if self.lookups:
-            lines += ["", "index AMs: lookups started, retried, skipped; rows; lookup seconds"]
-            for s in self.lookups.values():
-                lines.append(
-                    f"  {s.name}: {s.lookups} lookups, {s.retries} retries, {s.skipped} "
-                    f"skipped, {s.rows} rows, {s.seconds:.2f} s"
-                )
-        if self.functions:
-            lines += ["", "functions: calls, cache hits, retries; seconds in calls, waited for"]
-            for f in self.functions.values():
-                lines.append(
-                    f"  {f.name}: {f.calls} calls, {f.cache_hits} cache hits, {f.retries} "
-                    f"retries, {f.call_seconds:.3f} s in calls, {f.waited_seconds:.3f} s waited"
-                )
-        if any(d.kind.value == "join" for d in self.destinations):
-            lines += [
-                "",
-                f"STAIR state migration: {self.stair_migrations} migrations, "
-                f"{self.stair_promotions} promotions, "
-                f"{self.stair_demotions} demotions, {self.stair_migrated_tuples} tuples moved; "
-                f"{self.coalesced_batches} small batches merged",
-            ]
-        if self.streaming_aggregate is not None:
-            lines += ["", str(self.streaming_aggregate)]
-        if self.failures:
-            lines += ["", "access methods that failed (the eddy failed over):"]
-            lines += [f"  {error}" for error in self.failures]
-        if self.estimates is not None and self.estimates.by_destination:
-            lines += ["", *self.format_estimates()]
-        lines += ["", "routing choices per signature (span | done -> destination: tuples)"]
-        for (span, done), per_dest in sorted(self.routing_summary().items()):
-            total = sum(per_dest.values())
-            choices = ", ".join(
-                f"{name}: {n} ({100 * n / total:.0f}%)"
-                for name, n in sorted(per_dest.items(), key=lambda kv: -kv[1])
-            )
-            lines.append(f"  {span} | {done} -> {choices}")
-        return "\n".join(lines)
+    def format(self, *, summary: bool = True) -> str:
+        """The run's report as plain text (eddies.router.stats_report, the one renderer
+        ``eddies query --stats`` and ``eddies demo`` print too): rows out and elapsed time
+        (not with ``summary=False``), module counters, file scans, index AMs, functions,
+        STAIR migrations, failures, observed estimates, routing choices per signature."""
+        return format_report(self, summary=summary)
 
     def describe_signature(self, sig) -> str:
         """``span {…} done {…}`` (and flags) of a Signature, in the query's names."""
         g = self.graph
         span = ",".join(g.alias_names(sig.span))
-        done = ",".join(g.predicate_names(sig.done)) or "-"
+        done = ",".join(self.done_names(sig.done)) or "-"
         flags = "" if sig.built else " (unbuilt)"
-        if sig.prior:
-            flags += f" (prior of {','.join(g.alias_names(sig.prior))})"
-        if sig.looked:
-            flags += f" (looked up {','.join(g.alias_names(sig.looked))})"
-        if sig.floating:
-            flags += " (floating)"
+        flags += self._bounce_flags(sig.prior, sig.looked, sig.floating)
         return f"span {{{span}}}{flags} done {{{done}}}"
+
+    def _bounce_flags(self, prior: int, looked: int, floating: bool) -> str:
+        """``" (prior of p) (looked up a) (floating)"``, each part only when set."""
+        g = self.graph
+        flags = f" (prior of {','.join(g.alias_names(prior))})" if prior else ""
+        if looked:
+            flags += f" (looked up {','.join(g.alias_names(looked))})"
+        return flags + (" (floating)" if floating else "")
 
     def format_scans(self) -> list[str]:
         """What each file scan AM read and skipped, as text lines (none without files):
         files and row groups, those its pushed-down filter skipped, and those the dynamic
-        filter from a complete SteM's keys skipped, with the rows it removed."""
-        lines = []
-        for m in self.modules.values():
-            if m.kind != "scan" or not (m.fragments or m.row_groups):
-                continue
-            lines.append(
-                f"  {m.name}: {m.tuples_out} rows; {m.fragments} files read "
-                f"({m.fragments_skipped} pruned); {m.row_groups} row groups, "
-                f"{m.row_groups_skipped} skipped by the pushed filter, "
-                f"{m.dynamic_row_groups_skipped} by the dynamic filter "
-                f"(which removed {m.dynamic_rows_filtered} rows of the others)"
-            )
-        return ["file scans:", *lines] if lines else []
+        filter from a complete SteM's keys skipped, with the rows it removed
+        (eddies.router.stats_report.scan_section)."""
+        section = scan_section(self)
+        return [] if section is None else section.text().splitlines()
 
     def format_estimates(self) -> list[str]:
         """The observed costs and selectivities (eddies.router.estimates), as text lines:
         per destination over the whole run, then per signature; decayed, so they describe
-        the end of the run. ± columns are standard errors; weight is decayed tuples."""
-        if self.estimates is None:
-            return []
-        names = [d.name for d in self.destinations]
-        return [
-            f"observed estimates (half-life {self.estimates.half_life:.0f} tuples):",
-            *self.estimates.format_rows(names, self.describe_signature),
-        ]
+        the end of the run. ± columns are standard errors; weight is decayed tuples
+        (eddies.router.stats_report.estimate_section)."""
+        section = estimate_section(self)
+        return [] if section is None else section.text().splitlines()

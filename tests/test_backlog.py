@@ -18,7 +18,7 @@ from oracle import assert_same_bag, duckdb_table
 
 from eddies.engine import Catalog, run_query
 from eddies.engine.execution.run import DEFAULT_QUEUE_CAPACITY
-from eddies.router.policies import POLICIES
+from eddies.router.run_choices import POLICIES
 from eddies.settings import current, tuned
 
 ALWAYS_FALSE = "SELECT * FROM a, b WHERE a.x + b.y < -1"

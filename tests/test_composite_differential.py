@@ -27,7 +27,7 @@ from hypothesis import strategies as st
 from oracle import assert_same_bag, check_all, duckdb_table, make_catalog, table_rows
 
 from eddies.engine import Catalog, EddiesError, execute, explain, open_query, run_query
-from eddies.engine.cli.commands import main
+from eddies.engine.cli import main
 from eddies.engine.streaming.thread_runner import BackgroundQuery
 from eddies.errors import UnsupportedQueryError
 

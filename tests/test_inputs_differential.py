@@ -324,7 +324,7 @@ def test_read_functions_refuse_options_they_do_not_handle(flat):
 
 
 def test_cli_query_reads_a_directory(hive, tmp_path):
-    from eddies.engine.cli.commands import main
+    from eddies.engine.cli import main
 
     out = tmp_path / "out.parquet"
     sql = "SELECT region, year, count(*) AS n FROM events WHERE day = '2024-02-29' "

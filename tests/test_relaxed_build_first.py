@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from oracle import assert_same_bag, run_virtual
 
 from eddies.engine import Catalog, UnsupportedQueryError, explain, run_query
-from eddies.router.policies import POLICIES
+from eddies.router.run_choices import POLICIES
 
 SHAPES = {
     "two": "SELECT r.v, s.w FROM r JOIN s ON r.a = s.a",

@@ -7,6 +7,8 @@ tuples; the counts of tuples in and out of each filter are then fixed by the dat
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pyarrow as pa
 import pytest
@@ -307,3 +309,38 @@ def test_a_new_filter_is_ordered_by_its_prior_selectivity(kept, filter_first):
             assert (f.tuples_in, date.tuples_in) == (600, f.tuples_out), seed
         else:
             assert (date.tuples_in, f.tuples_in) == (600, date.tuples_out), seed
+
+
+def _routing_rows(text: str) -> list[tuple[str, str, int, dict[str, int]]]:
+    """The printed routing choices: (span, done, tuples, {destination: tuples})."""
+    lines = text.split("routing choices per signature")[1].splitlines()[3:]
+    rows = []
+    for line in lines:
+        if not line.startswith("{"):
+            break
+        span, done, tuples, sent = re.match(
+            r"(\{.*?\})\s+(\{.*?\})\s+([\d,]+)\s+(.*)", line
+        ).groups()
+        shares = {
+            dest: int(n.replace(",", ""))
+            for dest, n in re.findall(r"(\S+) ([\d,]+) \(\d+%\)", sent)
+        }
+        rows.append((span, done, int(tuples.replace(",", "")), shares))
+    return rows
+
+
+def test_routing_shares_count_each_tuple_once():
+    """A filter's pass sets its own Done bit: the tuples that passed are a signature of
+    their own, not a second share of the one they came from. So every printed row's shares
+    sum to its tuples, and the late table's 60 fresh tuples are counted once."""
+    data = tables()
+    _, stats = run_virtual(SQL, catalog(data), policy="static", order=FILTERS_FIRST)
+    kept_t, _ = expected_counts(data)
+    rows = _routing_rows(stats.format())
+    assert rows and all(sum(shares.values()) == tuples for _, _, tuples, shares in rows)
+    fresh = {
+        done: (tuples, shares) for span, done, tuples, shares in rows if span == "{s (unbuilt)}"
+    }
+    assert fresh["{}"] == (60, {"filter:t@sm2": 60})
+    assert fresh["{filter:t@sm2}"] == (kept_t, {"filter:r@sm1": kept_t})
+    assert stats.routing_summary()[("s (unbuilt)", "-")] == {"filter:t@sm2": 60}

@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from oracle import assert_same_bag
 
 from eddies.engine import Catalog, execute
-from eddies.router.policies import POLICIES
+from eddies.router.run_choices import POLICIES
 from eddies.sources.table_store import TableStore
 
 

@@ -17,7 +17,7 @@ import pyarrow.compute as pc
 import pytest
 import trio
 
-from eddies.engine.cli.commands import main
+from eddies.engine.cli import main
 from eddies.sources.demo_server import (
     DemoServerConfig,
     DemoServerError,

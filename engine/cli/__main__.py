@@ -2,7 +2,7 @@
 
 import sys
 
-from eddies.engine.cli.commands import main
+from eddies.engine.cli import main
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -11,13 +11,14 @@ import dataclasses
 from collections import deque
 
 from eddies.engine.catalog import Catalog, CatalogTable
-from eddies.engine.plan.join_state import JOIN_STATES, stair_contents, with_join_state
+from eddies.engine.plan.join_state import stair_contents, with_join_state
 from eddies.engine.plan.plan_types import FinalizeSpec, Plan
 from eddies.engine.plan.planner import plan_query
 from eddies.engine.plan.scan_filter_choice import scan_filter_pushes
 from eddies.errors import EddiesError
 from eddies.router.query_graph import QueryGraph
 from eddies.router.routing_table import DestinationKind, RoutingTable
+from eddies.router.run_choices import JOIN_STATES
 from eddies.router.stats import RunStats
 from eddies.router.tuple_batch import Signature
 

@@ -20,14 +20,12 @@ from __future__ import annotations
 
 import dataclasses
 
-from eddies.engine.options import JOIN_STATES
 from eddies.engine.plan.plan_types import Plan
 from eddies.errors import UnsupportedQueryError
 from eddies.router.routing_table import Destination, DestinationKind, RoutingTable
 from eddies.router.tuple_batch import Signature
 
 __all__ = [
-    "JOIN_STATES",
     "check_stairs_query",
     "spanning_tree",
     "stair_contents",

@@ -1,8 +1,8 @@
 """Routing policies: which eligible destination gets a batch (eddies-2000 §4).
 
-The registry: the names a query may ask for (:data:`POLICIES`), the default
-(:data:`DEFAULT_POLICY`), the check of a policy's options (:func:`check_policy_options`)
-and the factory (:func:`make_policy`). The policies live in the modules of this package,
+The registry: the check of a policy's options (:func:`check_policy_options`) and the
+factory (:func:`make_policy`) over the names a query may ask for
+(:data:`eddies.router.run_choices.POLICIES`, with the default ``DEFAULT_POLICY``). The policies live in the modules of this package,
 imported when a policy is made, so reading the names (RunOptions, the CLI's help) imports
 no NumPy:
 
@@ -26,6 +26,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from eddies.errors import EddiesError
+from eddies.router.run_choices import POLICIES
 
 if TYPE_CHECKING:
     from eddies.router.policies.base import RoutingPolicy
@@ -42,10 +43,9 @@ _CLASSES = {
     "bandit": ("learning", "BanditPolicy"),
     "hybrid": ("learning", "HybridPolicy"),
 }
-#: The names a query may ask for (``RunOptions.policy``).
-POLICIES = tuple(_CLASSES)
-#: The policy of a query that names none (see eddies.router.policies.learning.HybridPolicy).
-DEFAULT_POLICY = "hybrid"
+# The names (POLICIES, DEFAULT_POLICY) live in the leaf run_choices, which the CLI's --help
+# reads without this package; every name has its class here.
+assert tuple(_CLASSES) == POLICIES, "router/run_choices.POLICIES and _CLASSES disagree"
 
 
 def make_policy(

@@ -85,7 +85,7 @@ from eddies.router.policies.lottery import LotteryPolicy
 from eddies.router.routing_table import DestinationKind, RouteEntry
 from eddies.router.tuple_batch import Signature
 
-#: The policies defined here (names in eddies.router.policies.POLICIES).
+#: The policies defined here (names in eddies.router.run_choices.POLICIES).
 LEARNING_POLICIES = ("rank", "bandit", "hybrid")
 #: Most tuples of one pilot batch (per choice); see :func:`pilot_size`.
 PILOT_TUPLES = 256
