@@ -2,9 +2,9 @@
 
 The registry: the check of a policy's options (:func:`check_policy_options`) and the
 factory (:func:`make_policy`) over the names a query may ask for
-(:data:`eddies.router.run_choices.POLICIES`, with the default ``DEFAULT_POLICY``). The policies live in the modules of this package,
-imported when a policy is made, so reading the names (RunOptions, the CLI's help) imports
-no NumPy:
+(:data:`eddies.router.run_choices.POLICIES`, with the default ``DEFAULT_POLICY``). The
+policies live in the modules of this package, imported when a policy is made, so reading
+the names (RunOptions, the CLI's help) imports no NumPy:
 
 * :mod:`~eddies.router.policies.base` — :class:`RoutingPolicy`, what the eddy calls: a
   batch's choice (one destination, a per-tuple vector with ``HOLD`` entries, or None to
