@@ -62,7 +62,6 @@ from adaptive import TPCH_SQL, stairs_tables, tpch_tables
 from common import console, engine_or_exit, fmt_ms, print_table
 
 from eddies.engine import Catalog, QueryRun, RunOptions, explain, open_query, run_query
-from eddies.modules.stair import migration
 from eddies.settings import current, tuned
 
 OUT = pathlib.Path(__file__).resolve().parent / "out"
@@ -361,30 +360,25 @@ def section_7ii(args, tables) -> None:
     rows = []
     # As the paper's: STAIRs routing by the greedy plan, neither the routing decisions
     # nor the state may change before the first check.
-    saved = migration.FIRST_CHECK
-    try:
-        with tuned(stair_greedy_routing=True):
-            for frac in [float(x) for x in args.delays.split(",")]:
-                migration.FIRST_CHECK = int(frac * total)
-                kw = {"policy": args.policy, "join_state": "stairs", "batch_size": args.batch_size}
-                _, res = run_set(TPCH_SQL, cat, {"x": kw}, expected, 1, total)
-                run, wall, cpu, _ = res["x"]
-                st = run.stats
-                rows.append(
-                    [
-                        f"{frac:.0%}",
-                        fmt_ms(wall),
-                        fmt_ms(cpu),
-                        f"{join_work(st):,}",
-                        str(st.stair_migrations),
-                        f"{moved(st):,}",
-                        f"{st.stair_demotions:,}",
-                        f"{work(st, total):,}",
-                        f"{moved(st) / work(st, total):.1%}",
-                    ]
-                )
-    finally:
-        migration.FIRST_CHECK = saved
+    for frac in [float(x) for x in args.delays.split(",")]:
+        with tuned(stair_greedy_routing=True, stair_first_check=int(frac * total)):
+            kw = {"policy": args.policy, "join_state": "stairs", "batch_size": args.batch_size}
+            _, res = run_set(TPCH_SQL, cat, {"x": kw}, expected, 1, total)
+            run, wall, cpu, _ = res["x"]
+            st = run.stats
+            rows.append(
+                [
+                    f"{frac:.0%}",
+                    fmt_ms(wall),
+                    fmt_ms(cpu),
+                    f"{join_work(st):,}",
+                    str(st.stair_migrations),
+                    f"{moved(st):,}",
+                    f"{st.stair_demotions:,}",
+                    f"{work(st, total):,}",
+                    f"{moved(st) / work(st, total):.1%}",
+                ]
+            )
     print_table(
         f"Fig. 7(ii): STAIRs routing by the greedy plan (SMs: {args.policy}), first routing "
         "change and migration delayed until a fraction of the input was admitted",

@@ -93,27 +93,33 @@ class Tuning:
     #: what STAIRs' CPU exceeded EddyJoins' by (1.25: 79-80% of the setups within 1.1x,
     #: 1.5: 82%, 2: 84%).
     stair_look_again: float = 2.0
+    #: STAIRs: after the first check, no greedy check (routing change or migration) before
+    #: this many source tuples were admitted (bench/stairs.py, Fig. 7(ii): the cost of
+    #: migration when the first change of the early routing decisions is delayed);
+    #: tuples, default 0.
+    stair_first_check: int = 0
+    #: STAIRs, the greedy policy's hysteresis (stairs-2004 §4.2, thrashing): a cohort is a
+    #: candidate only when its new join's cumulative selectivity is at least this fraction
+    #: below its old one's; default 0.2, in [0, 1).
+    stair_migration_margin: float = 0.2
+    #: STAIRs' guard: a vectorized scan over one stored tuple, as a fraction of the cost
+    #: of making one intermediate tuple (a migration scans every stored tuple holding the
+    #: cohort's relation to demote it); default 0.02.
+    stair_scan_cost: float = 0.02
+    #: STAIRs, for tests: a seed that forces migrations — at each point of stasis, with
+    #: probability ``stair_random_migration_p``, a random cohort moves to a random other
+    #: join, its intermediate results routed by random choices (migration at arbitrary
+    #: points and to arbitrary plans must still give every result exactly once); None
+    #: (default): the greedy policy decides.
+    stair_random_plans_seed: int | None = None
+    #: STAIRs, for tests: see ``stair_random_plans_seed``; a probability in (0, 1].
+    stair_random_migration_p: float = 0.5
 
     def __post_init__(self) -> None:
         for field in dataclasses.fields(self):
-            value = getattr(self, field.name)
-            if field.name == "stair_greedy_routing":
-                if not isinstance(value, bool):
-                    raise EddiesError(f"tuning: {field.name} must be True or False, got {value!r}")
-                continue
-            if value is None and field.name in _OPTIONAL:
-                continue
-            if field.name == "stair_look_again":
-                ok = isinstance(value, Real) and not isinstance(value, bool) and value > 1
-                if not ok:
-                    raise EddiesError(f"tuning: {field.name} must be a number > 1, got {value!r}")
-                continue
-            least = 0 if field.name in _ZERO_ALLOWED else 1
-            if not isinstance(value, Integral) or isinstance(value, bool) or value < least:
-                raise EddiesError(
-                    f"tuning: {field.name} must be an int >= {least}"
-                    f"{' or None' if field.name in _OPTIONAL else ''}, got {value!r}"
-                )
+            problem = _check(field.name, getattr(self, field.name))
+            if problem:
+                raise EddiesError(f"tuning: {field.name} must be {problem}")
 
     def replace(self, **changes: object) -> Tuning:
         """A copy with ``changes``; an unknown knob raises EddiesError naming it."""
@@ -124,13 +130,56 @@ class Tuning:
         return dataclasses.replace(self, **changes)  # type: ignore[arg-type]
 
 
-_OPTIONAL = {"offload_rows", "stair_initial_plan_seed"}
-_ZERO_ALLOWED = {
-    "stair_migration_cost",
-    "stair_coalesce_below",
-    "stair_visit_cost",
-    "stair_initial_plan_seed",
+#: Knob -> (kind, least, greatest, optional): "int" and "float" bounds are inclusive
+#: unless named in _OPEN; optional knobs also take None.
+_BOUNDS: dict[str, tuple[str, float | None, float | None, bool]] = {
+    "eddy_max_buffered_tuples": ("int", 1, None, False),
+    "route_log_max_records": ("int", 1, None, False),
+    "offload_rows": ("int", 1, None, True),
+    "stem_max_output_rows": ("int", 1, None, False),
+    "direct_build_background_min_rows": ("int", 1, None, False),
+    "stair_check_every": ("int", 1, None, False),
+    "stair_greedy_routing": ("bool", None, None, False),
+    "stair_migration_cost": ("int", 0, None, False),
+    "stair_coalesce_below": ("int", 0, None, False),
+    "stair_visit_cost": ("int", 0, None, False),
+    "stair_initial_plan_seed": ("int", 0, None, True),
+    "stair_look_again": ("float", 1, None, False),
+    "stair_first_check": ("int", 0, None, False),
+    "stair_migration_margin": ("float", 0, 1, False),
+    "stair_scan_cost": ("float", 0, None, False),
+    "stair_random_plans_seed": ("int", 0, None, True),
+    "stair_random_migration_p": ("float", 0, 1, False),
 }
+#: Bounds that the value may not equal: look_again > 1, margin < 1, p > 0.
+_OPEN = {("stair_look_again", 1), ("stair_migration_margin", 1), ("stair_random_migration_p", 0)}
+
+
+def _check(name: str, value: object) -> str | None:
+    """What ``value`` must be for knob ``name`` (a phrase for the error), or None if fine."""
+    kind, least, greatest, optional = _BOUNDS[name]
+    if value is None and optional:
+        return None
+    if kind == "bool":
+        return None if isinstance(value, bool) else f"True or False, got {value!r}"
+    number = Integral if kind == "int" else Real
+    ok = isinstance(value, number) and not isinstance(value, bool)
+    for bound, below in ((least, True), (greatest, False)):
+        if ok and bound is not None:
+            open_ = (name, bound) in _OPEN
+            ok = (
+                (value > bound if open_ else value >= bound)
+                if below
+                else (value < bound if open_ else value <= bound)
+            )
+    if ok:
+        return None
+    parts = [f"> {least}" if (name, least) in _OPEN else f">= {least}"] if least is not None else []
+    if greatest is not None:
+        parts.append(f"< {greatest}" if (name, greatest) in _OPEN else f"<= {greatest}")
+    what = "an int" if kind == "int" else "a number"
+    return f"{what} {' and '.join(parts)}{' or None' if optional else ''}, got {value!r}"
+
 
 DEFAULT = Tuning()
 _active: contextvars.ContextVar[Tuning] = contextvars.ContextVar("eddies_tuning", default=DEFAULT)

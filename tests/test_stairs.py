@@ -30,7 +30,7 @@ from test_differential import scenarios
 from eddies.engine import POLICIES, Catalog, execute, explain, run_query
 from eddies.errors import EddiesError, UnsupportedQueryError
 from eddies.modules import stair
-from eddies.modules.stair import migration, row_id_sets
+from eddies.modules.stair import row_id_sets
 from eddies.settings import tuned
 
 MAX_EXAMPLES = int(os.environ.get("EDDIES_STAIRS_EXAMPLES", "10"))
@@ -43,13 +43,14 @@ def migrating(check_every: int = 1, random_seed: int | None = None, p: float = 0
     plan to random plans at random points of stasis (each with probability ``p``). The
     guard counts a migration, and each module visit it causes, as ``cost`` intermediate
     tuples (0: the small tables here migrate, so that the tests exercise migrations)."""
-    saved = migration.RANDOM_PLANS_SEED, migration.RANDOM_MIGRATION_P
-    migration.RANDOM_PLANS_SEED, migration.RANDOM_MIGRATION_P = random_seed, p
-    try:
-        with tuned(stair_check_every=check_every, stair_migration_cost=cost, stair_visit_cost=cost):
-            yield
-    finally:
-        migration.RANDOM_PLANS_SEED, migration.RANDOM_MIGRATION_P = saved
+    with tuned(
+        stair_check_every=check_every,
+        stair_migration_cost=cost,
+        stair_visit_cost=cost,
+        stair_random_plans_seed=random_seed,
+        stair_random_migration_p=p,
+    ):
+        yield
 
 
 #: (join_state, migration seed, greedy routing): EddyJoins; STAIRs migrating greedily;

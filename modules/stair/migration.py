@@ -27,20 +27,6 @@ from eddies.settings import current
 
 log = structlog.get_logger("eddies.modules")
 
-#: After the first check, no greedy check (routing change or migration) before this
-#: many admitted source tuples (bench/stairs.py, Fig. 7(ii): the cost of state
-#: migration as the first change of the early routing decisions is delayed).
-FIRST_CHECK = 0
-#: Tests: a seed forces migrations — at each point of stasis, with probability
-#: ``RANDOM_MIGRATION_P``, a random cohort moves to a random other join, its
-#: intermediate results routed by random choices (state migration at arbitrary points
-#: and to arbitrary plans must still give every result exactly once); None: greedy.
-RANDOM_PLANS_SEED: int | None = None
-RANDOM_MIGRATION_P = 0.5
-#: The greedy policy's hysteresis (§4.2, thrashing): a cohort is a candidate only when
-#: its new join's cumulative selectivity is at least this fraction below its old one's.
-MIGRATION_MARGIN = 0.2
-
 
 class StairMigrator(MigrationGuard):
     """State migration between STAIRs by promotion and demotion (stairs-2004 §3.1.1,
@@ -53,7 +39,7 @@ class StairMigrator(MigrationGuard):
     flight or buffered: App. A), the greedy policy computes a :class:`GreedyPlan` from
     the router's estimates. A *cohort* — the base tuples of one relation X whose first
     join was e while the plan now sends X to e' (cumulative selectivity
-    ``MIGRATION_MARGIN`` lower) — is migrated, as Figure 6 does for S^R, as far as its
+    ``Tuning.stair_migration_margin`` lower) — is migrated, as Figure 6 does for S^R, as far as its
     tuples are worth moving (:meth:`worth_moving`, per tuple):
 
     1. **demotion**: every stored tuple containing a cohort tuple is removed (the
@@ -93,11 +79,13 @@ class StairMigrator(MigrationGuard):
         super().__init__(joins, graph, stats, totals or {})
         knobs = current()
         self.migrates = migrates
-        if random is None and RANDOM_PLANS_SEED is not None and migrates:
-            random = np.random.default_rng(RANDOM_PLANS_SEED)
+        if random is None and knobs.stair_random_plans_seed is not None and migrates:
+            random = np.random.default_rng(knobs.stair_random_plans_seed)
         self.random = random
         self._checked_at = 0
         self._interval = knobs.stair_check_every
+        self._first_check = knobs.stair_first_check
+        self._random_p = knobs.stair_random_migration_p
         self.routes = knobs.stair_greedy_routing and random is None
         self.topology = JoinTopology(joins)
         self.plan = GreedyPlan(
@@ -112,7 +100,7 @@ class StairMigrator(MigrationGuard):
         if not self.joins:
             return
         if self.random is not None:
-            if self.random.random() < RANDOM_MIGRATION_P:
+            if self.random.random() < self._random_p:
                 plan = GreedyPlan(self.joins, {}, self.random, self.topology)
                 cohorts = self.cohorts(None)
                 if cohorts:
@@ -121,7 +109,9 @@ class StairMigrator(MigrationGuard):
         # every stair_check_every tuples, or every 1/32 of those admitted so far: a long run
         # checks O(log n) times more, not n / 1000 times (each check builds a plan)
         interval = max(self._interval, admitted // 32)
-        if admitted - self._checked_at < interval or (admitted < FIRST_CHECK and self._checked_at):
+        if admitted - self._checked_at < interval or (
+            admitted < self._first_check and self._checked_at
+        ):
             return
         self._checked_at = admitted
         observed = self._observed_fanouts()
@@ -149,12 +139,12 @@ class StairMigrator(MigrationGuard):
     def cohorts(self, plan: GreedyPlan | None, admitted: int = 0) -> list[Cohort]:
         """The cohorts to migrate now. Greedy: for each relation X and join e holding
         singletons of X while the plan sends X to e' with a cumulative selectivity
-        ``MIGRATION_MARGIN`` lower, the tuples of that cohort worth moving
+        ``Tuning.stair_migration_margin`` lower, the tuples of that cohort worth moving
         (:meth:`worth_moving`); each cohort looked at again only once the admitted tuples
         grew ``Tuning.stair_look_again`` times (stages, not a check every
         ``stair_check_every``). With no plan (``self.random``): a random part of each
         cohort, to a random other join."""
-        look_again = current().stair_look_again
+        look_again, margin = current().stair_look_again, current().stair_migration_margin
         out = []
         # Only an alias with more than one join has a routing decision to undo; the
         # cheap tests (same join, looked at lately, not better enough) come first.
@@ -171,7 +161,7 @@ class StairMigrator(MigrationGuard):
                     key = (alias, d, target)
                     if admitted < look_again * self._looked.get(key, 0) or plan.cumulative(
                         span, target
-                    ) >= (1 - MIGRATION_MARGIN) * plan.cumulative(span, d):
+                    ) >= (1 - margin) * plan.cumulative(span, d):
                         continue
                     self._looked[key] = admitted
                 waiting = self.joins[d].stairs[alias].count(span)

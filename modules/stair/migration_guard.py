@@ -22,11 +22,6 @@ from eddies.router.stats import RunStats
 from eddies.router.tuple_batch import Signature, TupleBatch
 from eddies.settings import current
 
-#: The guard counts a vectorized scan over one stored tuple as this fraction of the cost
-#: of making one intermediate tuple (a migration scans every stored tuple holding the
-#: cohort's relation to demote).
-SCAN_COST = 0.02
-
 
 class MigrationGuard:
     """What :class:`~eddies.modules.stair.migration.StairMigrator` weighs before it moves
@@ -82,7 +77,11 @@ class MigrationGuard:
         visits it causes (§4.2), at the costs in force (``Tuning.stair_migration_cost``,
         ``stair_visit_cost``)."""
         knobs = current()
-        return SCAN_COST * scanned + knobs.stair_migration_cost + knobs.stair_visit_cost * visits
+        return (
+            knobs.stair_scan_cost * scanned
+            + knobs.stair_migration_cost
+            + knobs.stair_visit_cost * visits
+        )
 
     def new_signatures(self, alias: int, target: int, plan: GreedyPlan) -> list[tuple[int, int]]:
         """The (join, side) STAIRs in which promoting ``alias``'s tuples through join
