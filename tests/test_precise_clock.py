@@ -11,7 +11,8 @@ import pyarrow as pa
 import pytest
 import trio
 
-from eddies.engine import Catalog, precise_clock, run_query
+from eddies.engine import Catalog, run_query
+from eddies.engine.runtime import precise_clock
 from eddies.engine.runtime.precise_clock import EPOLL_UNIT, PreciseClock, run_clock
 
 
