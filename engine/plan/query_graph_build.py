@@ -26,7 +26,8 @@ from eddies.engine.expr.compile import LazySql, compile_expr
 from eddies.engine.frontend.parse import QueryBlock
 from eddies.engine.plan import outer_and_semi_joins as join_steps
 from eddies.engine.plan.column_scope import BaseScope
-from eddies.errors import QueryTypeError, UnsupportedQueryError, describe
+from eddies.engine.rewrite.or_factoring import implied_filters
+from eddies.errors import EddiesError, QueryTypeError, UnsupportedQueryError, describe
 from eddies.modules.key_encoding import common_kind, key_kind, wider_kind
 from eddies.router.expressions import Call, ColumnRef, Expr, check_types
 from eddies.router.query_graph import (
@@ -65,7 +66,7 @@ def build_query_graph(
         refs,
         {a.index: sources[a.table].schema for a in aliases[n_from:]},
     )
-    block.conjuncts = region
+    block.conjuncts = region + _implied_filters(region, scope)
     predicates = _plan_predicates(block, scope, types)
     steps = join_steps.add_step_predicates(predicates, delayed, steps, types)
     if len(predicates) > MAX_PREDICATES:
@@ -88,6 +89,22 @@ def build_query_graph(
     elif graph.strict_build_first(aliases[0].table):  # competing AMs: dedup in the SteM
         graph.stem_tables = [aliases[0].table]
     return graph
+
+
+def _implied_filters(region: list[exp.Expression], scope: BaseScope) -> list[exp.Expression]:
+    """The single-alias filters the region's ORs imply (engine/rewrite/or_factoring.py:
+    ``(p = l AND p.b = 1 AND l.q < 5) OR (p = l AND p.b = 2)`` gives ``p.b = 1 OR p.b = 2``,
+    an SM the eddy runs before the join), none that would take the query past
+    MAX_PREDICATES (which would merge the user's own SMs)."""
+
+    def alias_of(column: exp.Column) -> int | None:
+        try:
+            return scope.resolve(column).key[0]
+        except EddiesError:  # the conjunct's own compilation reports it
+            return None
+
+    implied = implied_filters(region, alias_of)
+    return implied if len(region) + len(implied) <= MAX_PREDICATES else []
 
 
 def _plan_predicates(

@@ -13,8 +13,16 @@ the tree in place or returns a new one, and raises what its module says.
 2. :func:`~eddies.engine.rewrite.unshadow.unshadow`, ``Stage.CHECKED`` (frontend/parse.py):
    a subquery's own ``t`` gets a name of its own. *After* the allow-list and the FROM-item
    check, whose messages quote the user's aliases; *before* every rewrite that moves
-   subquery parts next to the outer query's (rule 3 and all of composite.py's).
-3. :func:`~eddies.engine.rewrite.values_rows.values_as_selects`, ``Stage.PART``
+   subquery parts next to the outer query's (rule 4 and all of composite.py's).
+3. :func:`~eddies.engine.rewrite.or_factoring.factor_ors`, ``Stage.CHECKED``
+   (frontend/parse.py): the conjuncts common to every branch of an OR taken out of it,
+   ``(A AND B) OR (A AND C)`` into ``A AND (B OR C)``, in every SELECT's WHERE, ON and
+   HAVING, so an equi-join written in each branch (TPC-H Q19) becomes a SteM probe key.
+   *Before* the planner splits WHERE into predicates; on the checked tree, so every block
+   composite.py runs and every eddy query it derives (parsed again) meets it. The
+   single-table filters such ORs imply need the catalog: the planner derives them
+   (engine/plan/query_graph_build.py).
+4. :func:`~eddies.engine.rewrite.values_rows.values_as_selects`, ``Stage.PART``
    (execution/composite.py, on each statement part it runs): VALUES lists into UNION ALLs
    of one-row SELECTs. *Before* composite.py gives each SELECT without FROM its one-row
    table (these SELECTs are such) and before :mod:`~eddies.engine.rewrite.subquery_merge`
@@ -22,7 +30,7 @@ the tree in place or returns a new one, and raises what its module says.
 
 **The other rewrites** need the catalog, run subqueries, or split a block between the
 eddy and DuckDB, so they stay where they are called, composite.py's ``_emit``, in this
-order after rule 3:
+order after rule 4:
 
 - :func:`~eddies.engine.rewrite.subquery_merge.merge`: reads the catalog's column names
   (sqlglot's ``qualify``) to merge derived tables and CTEs into the block;
@@ -42,6 +50,7 @@ from collections.abc import Callable
 
 from sqlglot import exp
 
+from eddies.engine.rewrite.or_factoring import factor_ors
 from eddies.engine.rewrite.quantified import rewrite_quantified
 from eddies.engine.rewrite.unshadow import unshadow
 from eddies.engine.rewrite.values_rows import values_as_selects
@@ -66,6 +75,7 @@ class Stage(enum.Enum):
 RULES: tuple[tuple[Stage, Rule], ...] = (
     (Stage.PARSED, rewrite_quantified),
     (Stage.CHECKED, unshadow),
+    (Stage.CHECKED, factor_ors),
     (Stage.PART, values_as_selects),
 )
 
