@@ -157,6 +157,8 @@ class Finalizer:
         else:
             agg = _global_aggregate(pre, spec.aggregates)
         agg = narrow_sums(agg, {c: sums[c] for c in widened})
+        if not self._collected:  # computed over placeholder columns: give them their types
+            agg = _typed_empty_aggregates(agg, spec.aggregates)
         env = {name: agg.column(name).combine_chunks() for name in agg.column_names}
         columns, _ = await select_groups(spec, env, agg.num_rows)
         return pa.table({f"c{i}": c for i, c in enumerate(columns)})
@@ -237,6 +239,20 @@ def _global_aggregate(pre: pa.Table, aggregates: list) -> pa.Table:
             for j, a in enumerate(aggregates)
         }
     )
+
+
+def _typed_empty_aggregates(agg: pa.Table, aggregates: list) -> pa.Table:
+    """The one row of aggregates over no rows, each ``__a<j>`` in the type the aggregate
+    has over rows (``min(d)`` of a DATE is a NULL DATE, not the placeholder's INT64), so
+    HAVING and expressions over it compare and compute as over rows."""
+    for j, a in enumerate(aggregates):
+        name = f"__a{j}"
+        column = agg.column(name).combine_chunks()
+        if a.result_type is not None and column.type != a.result_type:
+            agg = agg.set_column(
+                agg.column_names.index(name), name, _as_type(column, a.result_type)
+            )
+    return agg
 
 
 def _as_type(column: pa.Array, target: pa.DataType) -> pa.Array:

@@ -17,6 +17,7 @@ import pyarrow.compute as pc
 from sqlglot import exp
 
 from eddies.engine.expr.registry import Site, register
+from eddies.engine.expr.temporal_text import text_to_date, text_to_timestamp
 from eddies.engine.expr.types import MAX_DECIMAL_PRECISION, common_type, is_stringy, plain, sql_type
 from eddies.router.expressions import Call, Expr, Literal
 from eddies.sources.decimal_float import decimal_to_float
@@ -136,7 +137,9 @@ def convert(v: Any, target: pa.DataType) -> Any:
         return cast_to(v, target)
     if is_stringy(target):
         return pc.cast(_to_varchar(v), target)
-    if is_stringy(src) and not pa.types.is_timestamp(target):
+    if is_stringy(src) and (pa.types.is_date32(target) or pa.types.is_timestamp(target)):
+        return _text_to_temporal(v, target, safe=False)
+    if is_stringy(src):
         v = pc.utf8_trim_whitespace(v)
     if pa.types.is_integer(target):
         if pa.types.is_floating(src):
@@ -167,11 +170,6 @@ def convert(v: Any, target: pa.DataType) -> Any:
         if pa.types.is_decimal(v.type) and v.type.scale < target.scale:
             v = pc.cast(v, pa.decimal128(MAX_DECIMAL_PRECISION, target.scale))
         return pc.cast(v, target)
-    if pa.types.is_timestamp(target) and is_stringy(src):
-        try:
-            return pc.cast(v, target)
-        except pa.ArrowInvalid:  # no offset in the text: it is in the session's zone (UTC)
-            return pc.cast(pc.cast(v, pa.timestamp(target.unit)), target)
     if pa.types.is_date(target) and pa.types.is_timestamp(src):
         return pc.cast(v, target, safe=False)  # the date part, as DuckDB
     if pa.types.is_decimal(src) and pa.types.is_floating(target):
@@ -187,12 +185,23 @@ def convert(v: Any, target: pa.DataType) -> Any:
     return pc.cast(v, target)
 
 
+def _text_to_temporal(v: Any, target: pa.DataType, safe: bool) -> Any:
+    """VARCHAR to DATE or TIMESTAMP with DuckDB's accepted shapes (``'2002-3-1'``)."""
+    if pa.types.is_date32(target):
+        return text_to_date(v, safe)
+    return text_to_timestamp(v, target, safe)
+
+
 def try_convert(v: Any, target: pa.DataType) -> Any:
     """``TRY_CAST``: as :func:`convert`, with NULL where a value does not convert.
 
     Vectorized: the whole array is cast at once; only when that fails are its halves cast
-    separately, so k bad values cost O(k log n) casts rather than one per row.
+    separately, so k bad values cost O(k log n) casts rather than one per row. Text to DATE
+    or TIMESTAMP marks its failures in one pass.
     """
+    v = plain(v)
+    if is_stringy(v.type) and (pa.types.is_date32(target) or pa.types.is_timestamp(target)):
+        return _text_to_temporal(v, target, safe=True)
     try:
         return convert(v, target)
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError, OverflowError, ValueError):

@@ -216,7 +216,8 @@ class _AggregateColumns:
                 call = aggregate_call(node, self.scope)
                 self.spec.aggregates.append(call)
                 name = f"__a{self.aggregate_sql[key]}"
-                self.post_types[name] = aggregate_type(call, self.types, node)
+                call.result_type = aggregate_type(call, self.types, node)
+                self.post_types[name] = call.result_type
             return exp.column(f"__a{self.aggregate_sql[key]}")
         return node
 

@@ -32,6 +32,8 @@ class AggregateCall:
     options: Any = None  # pyarrow FunctionOptions for the kernel, if any
     extra: list[Expr] = field(default_factory=list)  # further arguments (arg_min's key)
     post: Any = None  # for the "list" kernel: how finalize.py finishes each group's list
+    #: The type the aggregate has (aggregate_type), which its value over no rows takes too.
+    result_type: pa.DataType | None = None
 
 
 @dataclass

@@ -494,10 +494,11 @@ class StreamingAggregate(Finalizer):
         for j, a in enumerate(self.spec.aggregates):
             if a.function == "count":
                 cols[f"__s{j}"] = pa.array([0], pa.int64())
-            else:
+            elif a.function == "mean":
                 cols[f"__s{j}"] = pa.array([None], pa.null())
-                if a.function == "mean":
-                    cols[f"__c{j}"] = pa.array([0], pa.int64())
+                cols[f"__c{j}"] = pa.array([0], pa.int64())
+            else:  # typed as over rows, so HAVING min(d) >= DATE '...' compares
+                cols[f"__s{j}"] = pa.nulls(1, a.result_type or pa.null())
         return pa.table(cols) if cols else pa.table({"__changed": [True]})
 
     async def _output(self, state: pa.Table) -> list[pa.RecordBatch]:
