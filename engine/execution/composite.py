@@ -58,6 +58,7 @@ from eddies.engine.options import RunOptions
 from eddies.engine.plan.having_split import split_having
 from eddies.engine.plan.planner import plan_query
 from eddies.engine.plan.window_split import BASE, needs_above, split_window_block
+from eddies.engine.rewrite.alias_lists import check_widths, renamed
 from eddies.engine.rewrite.decorrelate import (
     Correlation,
     decorrelate,
@@ -259,6 +260,7 @@ async def _emit(node: exp.Expression, ctx: _Context, put: Put) -> pa.Schema:
         node = node.this
     node = rewrite.apply(node.copy(), rewrite.Stage.PART)  # VALUES lists: UNION ALLs
     node = _from_dual(node, ctx)  # SELECT without FROM
+    check_widths(node)  # AS d (c1, c2): not more names than columns
     node = merge(node, ctx.tables)  # derived tables and CTEs sqlglot can merge
     with_ = node.args.get("with_")
     if with_ is not None:
@@ -272,7 +274,8 @@ async def _emit(node: exp.Expression, ctx: _Context, put: Put) -> pa.Schema:
                 t.name.lower() == name.lower() for r in readers for t in r.find_all(exp.Table)
             ):
                 continue  # never read: as in DuckDB, it does not run
-            ctx.tables.add(name, await _collect(cte.this, ctx), f"the CTE {name!r}")
+            table = renamed(await _collect(cte.this, ctx), cte)  # WITH t (c1, c2) AS ...
+            ctx.tables.add(name, table, f"the CTE {name!r}")
     if isinstance(node, _SET_OPS):
         return await _set_operation(node, ctx, put)
     if not isinstance(node, exp.Select):
@@ -409,7 +412,8 @@ async def _derived_tables(select: exp.Select, ctx: _Context) -> None:
         _refuse_correlated(sub, "derived table", ctx)
         alias = sub.alias_or_name or ctx.fresh("subquery")
         name = ctx.fresh("derived")
-        ctx.tables.add(name, await _collect(sub.this, ctx), f"the derived table {alias!r}")
+        table = renamed(await _collect(sub.this, ctx), sub)  # AS d (c1, c2)
+        ctx.tables.add(name, table, f"the derived table {alias!r}")
         sub.replace(
             exp.Table(
                 this=exp.to_identifier(name), alias=exp.TableAlias(this=exp.to_identifier(alias))

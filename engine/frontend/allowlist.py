@@ -386,12 +386,14 @@ def refuse(node: exp.Expression, what: str) -> UnsupportedQueryError:
 
 
 def _values_columns(node: exp.Expression, key: str) -> bool:
-    """``(VALUES ...) AS v(a, b)``: the one place a table alias may name columns."""
-    return (
-        isinstance(node, exp.TableAlias)
-        and key == "columns"
-        and isinstance(node.parent, exp.Values)
-    )
+    """``(VALUES ...) AS v(a, b)``, ``(SELECT ...) AS d(a, b)`` and ``WITH t(a, b) AS``:
+    the places a table alias may name columns (values_rows.py, alias_lists.py)."""
+    if not isinstance(node, exp.TableAlias) or key != "columns":
+        return False
+    owner = node.parent
+    if isinstance(owner, exp.Subquery):
+        return isinstance(owner.parent, exp.From | exp.Join)
+    return isinstance(owner, exp.Values | exp.CTE)
 
 
 def validate(root: exp.Expression, functions: Collection[str] = ()) -> None:
