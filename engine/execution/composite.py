@@ -55,6 +55,7 @@ from eddies.engine.frontend.allowlist import (
     membership_subquery,
 )
 from eddies.engine.options import RunOptions
+from eddies.engine.plan.grouping_split import needs_grouping_sets, split_grouping_block
 from eddies.engine.plan.having_split import split_having
 from eddies.engine.plan.planner import plan_query
 from eddies.engine.plan.window_split import BASE, needs_above, split_window_block
@@ -295,6 +296,8 @@ async def _emit(node: exp.Expression, ctx: _Context, put: Put) -> pa.Schema:
         _check_key_types(node, correlations, ctx)
     await _scalar_subqueries(node, ctx)
     _group_by_all(node)
+    if needs_grouping_sets(node):  # ROLLUP / CUBE / GROUPING SETS, grouping()
+        return await _grouping_block(node, ctx, put)
     if needs_above(node):
         return await _window_block(node, ctx, put)
     return await _eddy(node.sql(dialect="duckdb"), ctx, put)
@@ -707,3 +710,35 @@ async def _window_block(select: exp.Select, ctx: _Context, put: Put) -> pa.Schem
     for batch in result.to_batches():
         await put(batch)
     return result.schema
+
+
+async def _grouping_block(select: exp.Select, ctx: _Context, put: Put) -> pa.Schema:
+    """Run the block's FROM and WHERE in the eddy and its grouping sets, aggregates,
+    HAVING, windows, ORDER BY and LIMIT in DuckDB over the eddy's output
+    (engine/plan/grouping_split.py)."""
+    functions = {name.lower() for name in ctx.tables.functions}
+    split = split_grouping_block(select, functions, _input_names(select, ctx))
+    if select.args.get("limit") is not None and _bound(select, "limit") == 0:
+        split.inner.set("limit", exp.Limit(expression=exp.Literal.number(0)))  # evaluate none
+    sql = split.outer.sql(dialect="duckdb")
+    base = await _collect(split.inner, ctx)
+    log.debug("composite: grouping sets above the eddy", sql=sql)
+    result = await trio.to_thread.run_sync(run_above, sql, {BASE: base})
+    for batch in result.to_batches():
+        await put(batch)
+    return result.schema
+
+
+def _input_names(select: exp.Select, ctx: _Context) -> set[str] | None:
+    """Lower-case names of the columns of ``select``'s FROM, or None when a FROM item is
+    no table of the catalog (a file read, say)."""
+    from_ = select.args.get("from_")
+    items = ([from_.this] if from_ is not None else []) + [
+        j.this for j in select.args.get("joins") or []
+    ]
+    names: set[str] = set()
+    for item in items:
+        if not isinstance(item, exp.Table) or not item.name or not ctx.tables.has_table(item.name):
+            return None
+        names |= {f.name.lower() for f in ctx.tables.table(item.name).schema}
+    return names
