@@ -18,6 +18,11 @@ queries and the steps around them, on the sqlglot tree:
   it early. More than one row (or column) fails with an EddiesError, as in DuckDB.
 - ``GROUP BY ALL``: rewritten into the eddy's GROUP BY (the select items without
   aggregates).
+- ``AS d (c1, c2)`` / ``WITH t (c1, c2) AS``: the result's first columns renamed
+  (engine/rewrite/alias_lists.py).
+- ``GROUP BY ROLLUP / CUBE / GROUPING SETS`` and ``grouping()``: the block's FROM and
+  WHERE run in the eddy, computing the columns the rest reads; DuckDB runs the groupings
+  and everything after them over its output (engine/plan/grouping_split.py).
 - ``UNION ALL`` of eddy blocks whose columns have common types: streamed, branch after
   branch, each batch cast to the common types; LIMIT/OFFSET stop the running eddy early.
 - other set operations (DuckDB semantics: ``UNION``/``INTERSECT``/``EXCEPT`` are set
