@@ -1,8 +1,9 @@
 """DuckDB as the runtime of the operators that run above the eddy (the one module using it).
 
 What runs here needs no adaptivity and only starts once its input is complete: window
-functions (ROWS and RANGE frames), QUALIFY, DISTINCT ON, ORDER BY ALL, and the set
-operations UNION, INTERSECT [ALL] and EXCEPT [ALL]. The eddy's Arrow output is handed to
+functions (ROWS and RANGE frames), QUALIFY, DISTINCT ON, ORDER BY ALL, the set
+operations UNION, INTERSECT [ALL] and EXCEPT [ALL], and GROUP BY ROLLUP / CUBE /
+GROUPING SETS with what follows them. The eddy's Arrow output is handed to
 DuckDB zero-copy and the answer comes back as Arrow.
 
 Why DuckDB rather than pyarrow's Acero: Acero has no window functions (no row_number,

@@ -18,6 +18,11 @@ queries and the steps around them, on the sqlglot tree:
   it early. More than one row (or column) fails with an EddiesError, as in DuckDB.
 - ``GROUP BY ALL``: rewritten into the eddy's GROUP BY (the select items without
   aggregates).
+- ``AS d (c1, c2)`` / ``WITH t (c1, c2) AS``: the result's first columns renamed
+  (engine/rewrite/alias_lists.py).
+- ``GROUP BY ROLLUP / CUBE / GROUPING SETS`` and ``grouping()``: the block's FROM and
+  WHERE run in the eddy, computing the columns the rest reads; DuckDB runs the groupings
+  and everything after them over its output (engine/plan/grouping_split.py).
 - ``UNION ALL`` of eddy blocks whose columns have common types: streamed, branch after
   branch, each batch cast to the common types; LIMIT/OFFSET stop the running eddy early.
 - other set operations (DuckDB semantics: ``UNION``/``INTERSECT``/``EXCEPT`` are set
@@ -55,9 +60,11 @@ from eddies.engine.frontend.allowlist import (
     membership_subquery,
 )
 from eddies.engine.options import RunOptions
+from eddies.engine.plan.grouping_split import needs_grouping_sets, split_grouping_block
 from eddies.engine.plan.having_split import split_having
 from eddies.engine.plan.planner import plan_query
 from eddies.engine.plan.window_split import BASE, needs_above, split_window_block
+from eddies.engine.rewrite.alias_lists import check_widths, renamed
 from eddies.engine.rewrite.decorrelate import (
     Correlation,
     decorrelate,
@@ -259,6 +266,7 @@ async def _emit(node: exp.Expression, ctx: _Context, put: Put) -> pa.Schema:
         node = node.this
     node = rewrite.apply(node.copy(), rewrite.Stage.PART)  # VALUES lists: UNION ALLs
     node = _from_dual(node, ctx)  # SELECT without FROM
+    check_widths(node)  # AS d (c1, c2): not more names than columns
     node = merge(node, ctx.tables)  # derived tables and CTEs sqlglot can merge
     with_ = node.args.get("with_")
     if with_ is not None:
@@ -272,7 +280,8 @@ async def _emit(node: exp.Expression, ctx: _Context, put: Put) -> pa.Schema:
                 t.name.lower() == name.lower() for r in readers for t in r.find_all(exp.Table)
             ):
                 continue  # never read: as in DuckDB, it does not run
-            ctx.tables.add(name, await _collect(cte.this, ctx), f"the CTE {name!r}")
+            table = renamed(await _collect(cte.this, ctx), cte)  # WITH t (c1, c2) AS ...
+            ctx.tables.add(name, table, f"the CTE {name!r}")
     if isinstance(node, _SET_OPS):
         return await _set_operation(node, ctx, put)
     if not isinstance(node, exp.Select):
@@ -292,6 +301,8 @@ async def _emit(node: exp.Expression, ctx: _Context, put: Put) -> pa.Schema:
         _check_key_types(node, correlations, ctx)
     await _scalar_subqueries(node, ctx)
     _group_by_all(node)
+    if needs_grouping_sets(node):  # ROLLUP / CUBE / GROUPING SETS, grouping()
+        return await _grouping_block(node, ctx, put)
     if needs_above(node):
         return await _window_block(node, ctx, put)
     return await _eddy(node.sql(dialect="duckdb"), ctx, put)
@@ -409,7 +420,8 @@ async def _derived_tables(select: exp.Select, ctx: _Context) -> None:
         _refuse_correlated(sub, "derived table", ctx)
         alias = sub.alias_or_name or ctx.fresh("subquery")
         name = ctx.fresh("derived")
-        ctx.tables.add(name, await _collect(sub.this, ctx), f"the derived table {alias!r}")
+        table = renamed(await _collect(sub.this, ctx), sub)  # AS d (c1, c2)
+        ctx.tables.add(name, table, f"the derived table {alias!r}")
         sub.replace(
             exp.Table(
                 this=exp.to_identifier(name), alias=exp.TableAlias(this=exp.to_identifier(alias))
@@ -703,3 +715,35 @@ async def _window_block(select: exp.Select, ctx: _Context, put: Put) -> pa.Schem
     for batch in result.to_batches():
         await put(batch)
     return result.schema
+
+
+async def _grouping_block(select: exp.Select, ctx: _Context, put: Put) -> pa.Schema:
+    """Run the block's FROM and WHERE in the eddy and its grouping sets, aggregates,
+    HAVING, windows, ORDER BY and LIMIT in DuckDB over the eddy's output
+    (engine/plan/grouping_split.py)."""
+    functions = {name.lower() for name in ctx.tables.functions}
+    split = split_grouping_block(select, functions, _input_names(select, ctx))
+    if select.args.get("limit") is not None and _bound(select, "limit") == 0:
+        split.inner.set("limit", exp.Limit(expression=exp.Literal.number(0)))  # evaluate none
+    sql = split.outer.sql(dialect="duckdb")
+    base = await _collect(split.inner, ctx)
+    log.debug("composite: grouping sets above the eddy", sql=sql)
+    result = await trio.to_thread.run_sync(run_above, sql, {BASE: base})
+    for batch in result.to_batches():
+        await put(batch)
+    return result.schema
+
+
+def _input_names(select: exp.Select, ctx: _Context) -> set[str] | None:
+    """Lower-case names of the columns of ``select``'s FROM, or None when a FROM item is
+    no table of the catalog (a file read, say)."""
+    from_ = select.args.get("from_")
+    items = ([from_.this] if from_ is not None else []) + [
+        j.this for j in select.args.get("joins") or []
+    ]
+    names: set[str] = set()
+    for item in items:
+        if not isinstance(item, exp.Table) or not item.name or not ctx.tables.has_table(item.name):
+            return None
+        names |= {f.name.lower() for f in ctx.tables.table(item.name).schema}
+    return names

@@ -184,7 +184,7 @@ ALLOWED: dict[type[exp.Expression], frozenset[str]] = {
     ),
     exp.Except: frozenset({"this", "expression", "distinct", "with_", "order", "limit", "offset"}),
     exp.Qualify: _UNARY,
-    exp.Tuple: frozenset({"expressions"}),  # DISTINCT ON (a, b) and VALUES rows only
+    exp.Tuple: frozenset({"expressions"}),  # DISTINCT ON (a, b), VALUES rows, grouping sets
     exp.Values: frozenset({"expressions", "alias"}),  # composite.py: a UNION ALL of rows
     exp.Window: frozenset({"this", "partition_by", "order", "spec", "over"}),
     exp.WindowSpec: frozenset({"kind", "start", "start_side", "end", "end_side"}),
@@ -200,6 +200,13 @@ ALLOWED: dict[type[exp.Expression], frozenset[str]] = {
     exp.Ntile: _UNARY,
     exp.NthValue: frozenset({"this", "offset"}),
     exp.DateBin: _BINARY,  # time_bucket(INTERVAL w, ts); no origin or time zone
+    # GROUP BY ROLLUP / CUBE / GROUPING SETS and grouping(): run above the eddy, in DuckDB
+    # (composite.py, engine/plan/grouping_split.py); a Tuple is a set of keys there
+    exp.Rollup: frozenset({"expressions"}),
+    exp.Cube: frozenset({"expressions"}),
+    exp.GroupingSets: frozenset({"expressions"}),
+    exp.Grouping: frozenset({"expressions"}),
+    exp.GroupingId: frozenset({"expressions"}),
 }
 
 #: Functions allowed with OVER (the aggregates among them as running aggregates).
@@ -287,6 +294,11 @@ _NODE_NAMES: dict[type[exp.Expression], str] = {
     exp.Columns: "COLUMNS(...)",
     exp.Lambda: "a lambda",
     exp.Placeholder: "a parameter placeholder",
+    exp.Rollup: "ROLLUP",
+    exp.Cube: "CUBE",
+    exp.GroupingSets: "GROUPING SETS",
+    exp.Grouping: "grouping()",
+    exp.GroupingId: "grouping_id()",
 }
 
 #: How a refused argument is named in the error.
@@ -386,12 +398,14 @@ def refuse(node: exp.Expression, what: str) -> UnsupportedQueryError:
 
 
 def _values_columns(node: exp.Expression, key: str) -> bool:
-    """``(VALUES ...) AS v(a, b)``: the one place a table alias may name columns."""
-    return (
-        isinstance(node, exp.TableAlias)
-        and key == "columns"
-        and isinstance(node.parent, exp.Values)
-    )
+    """``(VALUES ...) AS v(a, b)``, ``(SELECT ...) AS d(a, b)`` and ``WITH t(a, b) AS``:
+    the places a table alias may name columns (values_rows.py, alias_lists.py)."""
+    if not isinstance(node, exp.TableAlias) or key != "columns":
+        return False
+    owner = node.parent
+    if isinstance(owner, exp.Subquery):
+        return isinstance(owner.parent, exp.From | exp.Join)
+    return isinstance(owner, exp.Values | exp.CTE)
 
 
 def validate(root: exp.Expression, functions: Collection[str] = ()) -> None:
@@ -556,6 +570,10 @@ def composite_construct(root: exp.Expression) -> tuple[exp.Expression, str] | No
             return node, "QUALIFY"
         if isinstance(node, exp.Group) and node.args.get("all"):
             return node, "GROUP BY ALL"
+        if isinstance(node, exp.Rollup | exp.Cube | exp.GroupingSets):
+            return node, f"GROUP BY {node_name(node)}"
+        if isinstance(node, exp.Grouping | exp.GroupingId):
+            return node, node_name(node)
         if isinstance(node, exp.Distinct) and node.args.get("on") is not None:
             return node, "DISTINCT ON"
         if isinstance(node, exp.Ordered) and is_all(node.this):
@@ -563,11 +581,16 @@ def composite_construct(root: exp.Expression) -> tuple[exp.Expression, str] | No
     return None
 
 
+#: Where a row value ``(a, b)`` means something: DISTINCT ON, a VALUES row, a set of
+#: grouping keys.
+_TUPLE_HOLDERS = (exp.Distinct, exp.Values, exp.Rollup, exp.Cube, exp.GroupingSets)
+
+
 def _refuse_misplaced(root: exp.Expression) -> None:
     """Allowed node types in a place where they mean nothing: a row value outside
     DISTINCT ON, a window-only function without OVER."""
     for node in root.walk():
-        if isinstance(node, exp.Tuple) and not isinstance(node.parent, exp.Distinct | exp.Values):
+        if isinstance(node, exp.Tuple) and not isinstance(node.parent, _TUPLE_HOLDERS):
             raise refuse(node, "a row value (a, b)")
         if isinstance(node, _ONLY_WINDOW):
             parent = node.parent

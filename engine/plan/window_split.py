@@ -41,16 +41,23 @@ def needs_above(select: exp.Select) -> bool:
     )
 
 
-class _Split:
-    """The eddy's part of a block whose top runs in DuckDB: hoisted expressions."""
+class Hoister:
+    """The eddy's part of a block whose top runs in DuckDB: hoisted expressions.
+
+    ``items`` are the eddy's SELECT items (``expr AS "__h0"``, ...); :meth:`hoist` adds one
+    per distinct expression and returns the helper column that names it above.
+    ``functions``: lower-case names of registered Python functions (they run in the eddy).
+    """
 
     def __init__(self, functions: set[str]) -> None:
         self.functions = functions  # registered Python functions: evaluated in the eddy
         self.items: list[exp.Expression] = []
         self._names: dict[str, exp.Column] = {}
 
-    def hoist(self, node: exp.Expression) -> exp.Column:
-        key = node.sql(dialect="duckdb")
+    def hoist(self, node: exp.Expression, key: str | None = None) -> exp.Column:
+        """The helper column computing ``node`` in the eddy (one per ``key``, by default
+        ``node``'s SQL text: the same expression twice is hoisted once)."""
+        key = node.sql(dialect="duckdb") if key is None else key
         column = self._names.get(key)
         if column is None:
             name = f"__h{len(self.items)}"
@@ -67,7 +74,7 @@ def _is_alias(node: exp.Expression, aliases: set[str]) -> bool:
     return isinstance(node, exp.Column) and not node.table and node.name.lower() in aliases
 
 
-def _rewrite(node: exp.Expression, split: _Split, aliases: set[str]) -> exp.Expression:
+def _rewrite(node: exp.Expression, split: Hoister, aliases: set[str]) -> exp.Expression:
     """``node`` for DuckDB: windows kept, everything they and the rest read hoisted into
     the eddy's part; a bare name in ``aliases`` stays (an output column of the block)."""
     if _is_alias(node, aliases):
@@ -96,7 +103,7 @@ def _rewrite(node: exp.Expression, split: _Split, aliases: set[str]) -> exp.Expr
     return out
 
 
-def _rewrite_window(window: exp.Window, split: _Split) -> exp.Window:
+def _rewrite_window(window: exp.Window, split: Hoister) -> exp.Window:
     call = window.this
     ignore_nulls = isinstance(call, exp.IgnoreNulls)
     if ignore_nulls:
@@ -135,7 +142,7 @@ def _rewrite_window(window: exp.Window, split: _Split) -> exp.Window:
     return out
 
 
-def _hoist_ordered(ordered: exp.Ordered, split: _Split) -> exp.Ordered:
+def _hoist_ordered(ordered: exp.Ordered, split: Hoister) -> exp.Ordered:
     out = ordered.copy()
     if _reads_input(ordered.this):
         out.set("this", split.hoist(ordered.this))
@@ -228,7 +235,7 @@ def split_window_block(select: exp.Select, functions: Collection[str]) -> Window
             "QUALIFY needs a window function in the SELECT list or in QUALIFY (as in "
             f"DuckDB): {describe(select.args['qualify'])}"
         )
-    split = _Split({name.lower() for name in functions})
+    split = Hoister({name.lower() for name in functions})
     stars = [i for i in select.expressions if i.is_star]
     if len(stars) > 1:
         raise UnsupportedQueryError(

@@ -18,6 +18,8 @@ from sqlglot.errors import SqlglotError
 from sqlglot.optimizer.merge_subqueries import merge_subqueries
 from sqlglot.optimizer.qualify import qualify
 
+from eddies.engine.rewrite.alias_lists import has_unsized_list
+
 
 def _subqueries(node: exp.Expression) -> int:
     """Derived tables and CTEs in ``node``."""
@@ -33,10 +35,11 @@ def merge(node: exp.Expression, tables: Any) -> exp.Expression:
     """``node`` with the derived tables and CTEs sqlglot can merge merged, or ``node``
     itself when none can be (or sqlglot cannot qualify it: the planner then names the
     problem). ``tables`` has ``has_table``/``table`` as a Catalog. Output column names of
-    the top SELECT stay as they were (qualify would name ``a + 1`` ``_col_0``).
+    the top SELECT stay as they were (qualify would name ``a + 1`` ``_col_0``). A column
+    alias list over a ``*`` body keeps its statement unmerged (alias_lists.py says why).
     """
     before = _subqueries(node)
-    if before == 0 or _null_supplied_derived(node):
+    if before == 0 or _null_supplied_derived(node) or has_unsized_list(node):
         return node
     schema = {
         t.name.lower(): {f.name: "INT" for f in tables.table(t.name).schema}
