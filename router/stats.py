@@ -21,6 +21,12 @@ from eddies.router.stats_report import estimate_section, format_report, scan_sec
 from eddies.router.udf_calls import UdfStats
 from eddies.settings import current
 
+#: Masks (spans, Done bits) from this one up do not fit a signed 64-bit log entry with room
+#: for the unbuilt sign: they are logged as ``_WIDE + i``, ``i`` their index in
+#: ``RunStats._wide`` (a query with more than 62 predicates and filters, or aliases). Below
+#: it a mask is logged as itself, so the common case costs one comparison.
+_WIDE = 1 << 62
+
 
 @dataclass
 class ModuleStats:
@@ -123,6 +129,9 @@ class RunStats:
     _bounce: array.array = field(default_factory=lambda: array.array("q"))
     _bounces: dict[tuple[int, int, bool], int] = field(default_factory=lambda: {(0, 0, False): 0})
     _folded: dict[tuple[int, int, int, int], int] = field(default_factory=dict)
+    # Masks of _WIDE and above, interned: the log holds _WIDE + their index here.
+    _wide: list[int] = field(default_factory=list)
+    _wide_ids: dict[int, int] = field(default_factory=dict)
     _folded_decisions: int = 0
 
     def __post_init__(self) -> None:
@@ -151,6 +160,10 @@ class RunStats:
         """Log one routing decision: ``tuples`` tuples of the signature (``span``, ``done``,
         ``built``, ``prior``, ``looked``, ``floating``; eddies.router.tuple_batch.Signature)
         sent to destination id ``destination`` at ``t`` seconds into the run."""
+        if span >= _WIDE:
+            span = self._wide_code(span)
+        if done >= _WIDE:
+            done = self._wide_code(done)
         # Unbuilt singletons are logged with a negative span, to keep one compact array.
         span = span if built else -span
         self._time.append(t)
@@ -164,6 +177,19 @@ class RunStats:
         self._bounce.append(bounce)
         if len(self._dest) > self.max_route_records:
             self._fold(len(self._dest) // 2)
+
+    def _wide_code(self, mask: int) -> int:
+        """The log entry of a mask of ``_WIDE`` or more: ``_WIDE`` + its interned index."""
+        found = self._wide_ids.get(mask)
+        if found is None:
+            found = self._wide_ids[mask] = len(self._wide)
+            self._wide.append(mask)
+        return _WIDE + found
+
+    def _mask(self, code: int) -> int:
+        """The mask a log entry stands for (of a span: its absolute value)."""
+        code = abs(code)
+        return code if code < _WIDE else self._wide[code - _WIDE]
 
     def _fold(self, n: int) -> None:
         """Fold the oldest ``n`` decisions into per-signature totals: a continuous query
@@ -187,7 +213,14 @@ class RunStats:
         g = self.graph
         names = [d.name for d in self.destinations]
         return [
-            RoutingEvent(t, g.alias_names(abs(s)), g.predicate_names(d), names[dest], n, s > 0)
+            RoutingEvent(
+                t,
+                g.alias_names(self._mask(s)),
+                g.predicate_names(self._mask(d)),
+                names[dest],
+                n,
+                s > 0,
+            )
             for t, s, d, dest, n in zip(
                 self._time, self._span, self._done, self._dest, self._tuples, strict=True
             )
@@ -200,9 +233,9 @@ class RunStats:
         return pa.table(
             {
                 "time_s": pa.array(self._time, pa.float64()),
-                "span": [",".join(g.alias_names(abs(s))) for s in self._span],
+                "span": [",".join(g.alias_names(self._mask(s))) for s in self._span],
                 "built": pa.array([s > 0 for s in self._span], pa.bool_()),
-                "done": [",".join(g.predicate_names(d)) for d in self._done],
+                "done": [",".join(g.predicate_names(self._mask(d))) for d in self._done],
                 "destination": [names[d] for d in self._dest],
                 "tuples": pa.array(self._tuples, pa.int64()),
             }
@@ -231,8 +264,8 @@ class RunStats:
         g = self.graph
         names = [d.name for d in self.destinations]
         for (s, d, dest, bounce), n in totals.items():
-            span = ",".join(g.alias_names(abs(s))) + ("" if s > 0 else " (unbuilt)")
-            key = (span + bounces[bounce], ",".join(self.done_names(d)) or "-")
+            span = ",".join(g.alias_names(self._mask(s))) + ("" if s > 0 else " (unbuilt)")
+            key = (span + bounces[bounce], ",".join(self.done_names(self._mask(d))) or "-")
             per_dest = summary.setdefault(key, {})
             per_dest[names[dest]] = per_dest.get(names[dest], 0) + n
         return summary

@@ -83,8 +83,9 @@ _NO_ITEM_BEFORE = set(_NEEDS_OPERAND) | {
 }
 _STATEMENT_WORDS = ["SELECT", "FROM", "WITH", "PIVOT", "UNPIVOT", "VALUES", "DESCRIBE"]
 
-#: Most tables (aliases) in FROM: a tuple's span is a bitmask kept in int64 route logs.
-MAX_TABLES = 63
+#: Most tables (aliases) in FROM. A span has no width limit (a Python int, interned where
+#: the routing log stores it, issue 26); this bounds a query's AMs, SteMs and join search.
+MAX_TABLES = 256
 
 
 @dataclass
@@ -462,8 +463,8 @@ def parse_query(sql: str, functions: Collection[str] = ()) -> QueryBlock:
         specs.append(spec)
     if len(tables) > MAX_TABLES:
         raise UnsupportedQueryError(
-            f"the query has {len(tables)} tables in FROM; at most {MAX_TABLES} are supported "
-            f"(a tuple's span is a {MAX_TABLES}-bit mask): {describe(root.args['joins'][-1])}"
+            f"the query has {len(tables)} tables in FROM; at most {MAX_TABLES} are supported: "
+            f"{describe(root.args['joins'][-1])}"
         )
 
     if has_distinct_list(root):

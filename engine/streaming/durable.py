@@ -292,7 +292,7 @@ class DurableState:
         }
         size = 0
         for table, state in record.stems.items():
-            rows = state.rows.append_column(_DONE, pa.array(state.done, pa.uint64()))
+            rows = state.rows.append_column(_DONE, _done_column(state.done))
             if state.deadlines is not None:
                 rows = rows.append_column(_DEADLINE, pa.array(state.deadlines))
             size += _write_ipc(temporary / f"stem-{table}.arrow", rows)
@@ -335,7 +335,7 @@ class DurableState:
         stems = {}
         for table, info in meta["stems"].items():
             rows = _read_ipc(path / f"stem-{table}.arrow")
-            done = rows.column(_DONE).to_numpy()
+            done = _done_values(rows.column(_DONE))
             deadlines = None
             if _DEADLINE in rows.column_names:
                 deadlines = rows.column(_DEADLINE).to_numpy()
@@ -405,3 +405,18 @@ def _decode(value: Any) -> Hashable:
     if isinstance(value, dict):
         return tuple(_decode(v) for v in value["tuple"])
     return value
+
+
+def _done_column(done: np.ndarray) -> pa.Array:
+    """A SteM's stored Done bits as a column: uint64, or past 64 bits (an object array of
+    Python ints, issue 26) their decimal digits."""
+    if done.dtype == object:
+        return pa.array([str(m) for m in done.tolist()], pa.string())
+    return pa.array(done, pa.uint64())
+
+
+def _done_values(column: pa.ChunkedArray) -> np.ndarray:
+    """The inverse of :func:`_done_column`."""
+    if pa.types.is_string(column.type):
+        return np.array([int(m) for m in column.to_pylist()], dtype=object)
+    return column.to_numpy()

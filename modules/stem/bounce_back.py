@@ -35,14 +35,15 @@ class SteMBounceBacks(SteMCore):
             return [
                 TupleBatch(Signature(1 << alias, 0, True, prior=1 << target), {alias: rows}, ts)
             ]
-        done = self.stored_done.view()
+        codes = self.stored_done.codes()  # interned Done bits (DoneBits)
+        masks = self.stored_done.masks
         return [
             TupleBatch(
-                Signature(1 << alias, int(d), True, prior=1 << target),
-                {alias: rows[done == d]},
-                ts[done == d],
+                Signature(1 << alias, masks[c], True, prior=1 << target),
+                {alias: rows[codes == c]},
+                ts[codes == c],
             )
-            for d in np.unique(done)
+            for c in np.unique(codes)
         ]
 
     def probe_again(self, batch: TupleBatch, target: int, horizon: int) -> TupleBatch:

@@ -27,11 +27,12 @@ class SteMState:
     """What a stream table's SteM holds at a commit point, for a checkpoint.
 
     rows: the live stored tuples' columns, in build order (expired tuples are left out:
-    no later tuple can join them); done: their stored Done bits (uint64); deadlines: an
-    event-time window's deadline per row (else None); watermark: that window's watermark
-    (None before any row); counters: the window's late/evicted/peak stored rows; eots: a
-    looked-up table's EOT bind values per index AM bind-column list (one row per
-    completed lookup: the SteM holds all its matches, stems-2003 §2.1.4).
+    no later tuple can join them); done: their stored Done bits (uint64; Python ints in
+    an object array past 64 bits, see DoneBits.view); deadlines: an event-time window's
+    deadline per row (else None); watermark: that window's watermark (None before any
+    row); counters: the window's late/evicted/peak stored rows; eots: a looked-up table's
+    EOT bind values per index AM bind-column list (one row per completed lookup: the SteM
+    holds all its matches, stems-2003 §2.1.4).
     """
 
     rows: pa.Table
@@ -114,7 +115,7 @@ class SteMCheckpoints(SteMCore):
         raw_ts = self.clock.take(len(row_ids))
         self.row_ids.extend(row_ids)
         self.build_ts.extend(raw_ts)
-        self.stored_done.extend(np.asarray(state.done, dtype=np.uint64))
+        self.stored_done.extend(np.asarray(state.done))
         for cols, values in state.eots.items():
             arrays = tuple(values.column(c).combine_chunks() for c in cols)
             self.eots[cols].add(list(arrays))

@@ -200,11 +200,10 @@ class SteMFilters(SteMCore):
         rows = self.row_ids.view()
         keep = np.ones(len(rows), dtype=bool)
         if self.single_alias:
-            done = self.stored_done.view()
             for p in self.graph.predicates:
                 if p.alias_mask != 1 << target or p.expr.udf_calls():
                     continue
-                unchecked = np.flatnonzero((done & np.uint64(p.bit)) == 0)
+                unchecked = np.flatnonzero(self.stored_done.lacking(p.bit))
                 if len(unchecked):
                     env = gather_columns(
                         TupleBatch(

@@ -206,17 +206,18 @@ class SteMMatches(SteMCore):
             return [
                 result.with_signature(Signature(span, done | first, built, 0, looked, floating))
             ]
-        stored_done = self.stored_done.view()[pos]
-        first = stored_done[0]
-        if (stored_done == first).all():
+        codes = self.stored_done.codes()[pos]  # interned Done bits (DoneBits)
+        masks = self.stored_done.masks
+        first = codes[0]
+        if (codes == first).all():
             return [
                 result.with_signature(
-                    Signature(span, done | int(first), built, 0, looked, floating)
+                    Signature(span, done | masks[first], built, 0, looked, floating)
                 )
             ]
         return [
-            result.take(stored_done == value).with_signature(
-                Signature(span, done | int(value), built, 0, looked, floating)
+            result.take(codes == code).with_signature(
+                Signature(span, done | masks[code], built, 0, looked, floating)
             )
-            for value in np.unique(stored_done)
+            for code in np.unique(codes)
         ]

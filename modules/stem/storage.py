@@ -127,14 +127,20 @@ class RowIds:
 
 
 class DoneBits:
-    """Stored Done bits (uint64) by position. ``constant``: the bits every stored tuple
-    has (0 when none is stored), or None once they differ."""
+    """Stored Done bits by position, interned: each stored tuple holds the int64 code of
+    its bits in :attr:`masks`. A query's Done bits may pass 64 (many predicates and SteM
+    filters, issue 26) while a SteM's tuples carry few distinct sets (the SMs of their own
+    table passed before the build), so codes keep per-tuple work on int64 vectors whatever
+    the width. ``constant``: the bits every stored tuple has (0 when none is stored), or
+    None once they differ."""
 
     def __init__(self, capacity: int) -> None:
         self._capacity = capacity
-        self._values: GrowableArray | None = None
+        self._values: GrowableArray | None = None  # codes, once the bits differ
         self._first: int | None = None
         self._n = 0
+        self.masks: list[int] = []  # by code: the Done bits it stands for
+        self._ids: dict[int, int] = {}
 
     def __len__(self) -> int:
         return self._n
@@ -146,6 +152,13 @@ class DoneBits:
             return None
         return self._first or 0
 
+    def _code(self, done: int) -> int:
+        found = self._ids.get(done)
+        if found is None:
+            found = self._ids[done] = len(self.masks)
+            self.masks.append(done)
+        return found
+
     def extend_constant(self, n: int, done: int) -> None:
         """Append ``n`` tuples with Done bits ``done``."""
         if not n:
@@ -156,25 +169,41 @@ class DoneBits:
             return
         self._write_out()
         assert self._values is not None
-        self._values.extend_constant(n, np.uint64(done))
+        self._values.extend_constant(n, self._code(done))
         self._n += n
 
     def extend(self, done: np.ndarray) -> None:
-        """Append per-tuple Done bits (a checkpoint's restore)."""
+        """Append per-tuple Done bits (a checkpoint's restore): integers of any width
+        (uint64, or Python ints in an object array)."""
         if not len(done):
             return
         self._write_out()
         assert self._values is not None
-        self._values.extend(np.asarray(done, dtype=np.uint64))
+        distinct, inverse = np.unique(np.asarray(done), return_inverse=True)
+        codes = np.array([self._code(int(m)) for m in distinct], dtype=np.int64)
+        self._values.extend(codes[inverse.reshape(-1)])
         self._n += len(done)
 
     def _write_out(self) -> None:
         if self._values is None:
-            self._values = GrowableArray(np.uint64, max(self._capacity, self._n + 1024))
-            self._values.extend_constant(self._n, np.uint64(self._first or 0))
+            self._values = GrowableArray(np.int64, max(self._capacity, self._n + 1024))
+            self._values.extend_constant(self._n, self._code(self._first or 0))
+
+    def codes(self) -> np.ndarray:
+        """Every stored tuple's code (int64; a fresh array while the bits are constant):
+        its Done bits are ``masks[code]``."""
+        if self._values is None:
+            return np.full(self._n, self._code(self._first or 0), dtype=np.int64)
+        return self._values.view()
+
+    def lacking(self, bit: int) -> np.ndarray:
+        """Per stored tuple, whether its Done bits lack ``bit`` (bool)."""
+        table = np.array([not m & bit for m in self.masks] or [True], dtype=bool)
+        return table[self.codes()]
 
     def view(self) -> np.ndarray:
-        """All stored Done bits (a fresh array while they are constant)."""
-        if self._values is None:
-            return np.full(self._n, self._first or 0, dtype=np.uint64)
-        return self._values.view()
+        """All stored Done bits, a fresh array: uint64 while every set fits 64 bits, else
+        Python ints in an object array (what a checkpoint saves)."""
+        codes = self.codes()
+        wide = any(m >> 64 for m in self.masks)
+        return np.array(self.masks or [0], dtype=object if wide else np.uint64)[codes]
