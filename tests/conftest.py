@@ -49,3 +49,24 @@ def spark():
     session.sparkContext.setLogLevel("ERROR")
     yield session
     session.stop()
+
+
+# ---------------------------------------------------------------------------------------
+# SteM direct-address builds in the worker thread, counted as they finish.
+@pytest.fixture
+def direct_build_finishes(monkeypatch):
+    """The list of runs each background direct build finished with (None where the SteM
+    fell back), appended as they finish; the environment's opt-out is cleared."""
+    from eddies.modules.stem.direct_build import DirectBuild
+
+    monkeypatch.delenv("EDDIES_BACKGROUND_INDEX", raising=False)
+    finished: list = []
+    real = DirectBuild.finish
+
+    def finish(self):
+        run = real(self)
+        finished.append(run)
+        return run
+
+    monkeypatch.setattr(DirectBuild, "finish", finish)
+    return finished

@@ -221,6 +221,24 @@ def assert_same_ordered(
 
 # ---------------------------------------------------------------------------------------
 # eddies side
+def chain_tables(n: int = 60, seed: int = 4) -> dict[str, pa.Table]:
+    """Tables r(a, x), s(a, b), t(b, c), u(c, y) of ``n`` rows each for a chain join
+    r.a = s.a, s.b = t.b, t.c = u.c: integer keys with duplicates and ~5% NULLs."""
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+
+    def col(k: int) -> pa.Array:
+        return pa.array([None if rng.random() < 0.05 else int(rng.integers(k)) for _ in range(n)])
+
+    return {
+        "r": pa.table({"a": col(40), "x": col(50)}),
+        "s": pa.table({"a": col(40), "b": col(40)}),
+        "t": pa.table({"b": col(40), "c": col(40)}),
+        "u": pa.table({"c": col(40), "y": col(50)}),
+    }
+
+
 def make_catalog(tables: Mapping[str, Any], **add_kwargs: Any) -> Catalog:
     cat = Catalog()
     for name, data in tables.items():

@@ -98,21 +98,11 @@ def test_batches_must_come_in_build_order():
 
 
 @pytest.fixture
-def every_table_in_background(monkeypatch):
+def every_table_in_background(direct_build_finishes):
     """Every preloaded table's integer key indexes are built by the worker; yields the
     list of runs the builds finished with (None where the SteM fell back)."""
-    monkeypatch.delenv("EDDIES_BACKGROUND_INDEX", raising=False)
-    finished: list = []
-    real = DirectBuild.finish
-
-    def finish(self):
-        run = real(self)
-        finished.append(run)
-        return run
-
-    monkeypatch.setattr(DirectBuild, "finish", finish)
     with tuned(direct_build_background_min_rows=1):
-        yield finished
+        yield direct_build_finishes
 
 
 STAR = """SELECT a.v, b.w, c.x FROM a, b, c

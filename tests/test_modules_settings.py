@@ -13,11 +13,10 @@ import numpy as np
 import pyarrow as pa
 import pytest
 import trio
-from oracle import assert_same_bag, make_catalog
+from oracle import assert_same_bag, chain_tables, make_catalog
 
 from eddies.engine import RunOptions, run_query
 from eddies.modules.stem import SteM
-from eddies.modules.stem.direct_build import DirectBuild
 from eddies.router.messages import Returned
 from eddies.settings import DEFAULT, Tuning, current, tuned
 
@@ -88,19 +87,10 @@ def test_run_options_tuning_wins_over_the_block_in_force(probe_parts):
 STAR = "SELECT a.v, b.w FROM a, b WHERE a.k = b.k AND b.w < 40"
 
 
-def test_direct_build_background_min_rows_reaches_the_stems(monkeypatch):
+def test_direct_build_background_min_rows_reaches_the_stems(direct_build_finishes):
     """Tables of at least the knob's rows get their direct-address tables built in the
     background (counted as they finish); below it (the default, here) none."""
-    monkeypatch.delenv("EDDIES_BACKGROUND_INDEX", raising=False)
-    finished: list = []
-    real = DirectBuild.finish
-
-    def finish(self):
-        run = real(self)
-        finished.append(run)
-        return run
-
-    monkeypatch.setattr(DirectBuild, "finish", finish)
+    finished = direct_build_finishes
     rng = np.random.default_rng(5)
     tables = {
         "a": pa.table({"k": rng.permutation(200), "v": np.arange(200)}),
@@ -196,25 +186,10 @@ def test_stair_greedy_routing_and_initial_plan_seed_reach_the_routing():
     assert r_s_tuples(stair_greedy_routing=True, stair_initial_plan_seed=1) < every_r_and_s
 
 
-def _chain_tables(n: int = 60) -> dict[str, pa.Table]:
-    """r, s, t, u of ``n`` rows each, keys with duplicates and NULLs."""
-    rng = np.random.default_rng(4)
-
-    def col(k: int) -> pa.Array:
-        return pa.array([None if rng.random() < 0.05 else int(rng.integers(k)) for _ in range(n)])
-
-    return {
-        "r": pa.table({"a": col(40), "x": col(50)}),
-        "s": pa.table({"a": col(40), "b": col(40)}),
-        "t": pa.table({"b": col(40), "c": col(40)}),
-        "u": pa.table({"c": col(40), "y": col(50)}),
-    }
-
-
 def test_stair_coalesce_below_reaches_the_eddy():
     """EddyJoins routed at random make small batches of one signature whose paths meet
     again: merged by default (``stair_coalesce_below`` 128), never with 0."""
-    tables = _chain_tables()
+    tables = chain_tables()
     sql = "SELECT r.x, u.y FROM r, s, t, u WHERE r.a = s.a AND s.b = t.b AND t.c = u.c"
     cat = make_catalog(tables)
     kwargs = {"join_state": "eddyjoins", "policy": "random", "seed": 0, "debug": True}

@@ -24,7 +24,7 @@ import pyarrow as pa
 import pytest
 from hypothesis import example, given, reject, settings
 from hypothesis import strategies as st
-from oracle import assert_same_bag, assert_same_ordered, duckdb_table, make_catalog
+from oracle import assert_same_bag, assert_same_ordered, chain_tables, duckdb_table, make_catalog
 from test_differential import scenarios
 
 from eddies.engine import POLICIES, Catalog, execute, explain, run_query
@@ -811,23 +811,6 @@ def test_routing_entries_forgotten_only_when_the_greedy_plan_changes(monkeypatch
     assert forgotten == [True]
 
 
-def _chain_tables(n: int = 60) -> dict[str, pa.Table]:
-    """r, s, t, u of ``n`` rows each, keys with duplicates and NULLs (CHAIN's columns)."""
-    import numpy as np
-
-    rng = np.random.default_rng(4)
-
-    def col(k: int) -> pa.Array:
-        return pa.array([None if rng.random() < 0.05 else int(rng.integers(k)) for _ in range(n)])
-
-    return {
-        "r": pa.table({"a": col(40), "x": col(50)}),
-        "s": pa.table({"a": col(40), "b": col(40)}),
-        "t": pa.table({"b": col(40), "c": col(40)}),
-        "u": pa.table({"c": col(40), "y": col(50)}),
-    }
-
-
 @pytest.mark.parametrize("batch_size", [1, 7, None])
 def test_small_batches_of_one_signature_merged_before_routing_on(batch_size, tuning):
     """STAIR join states: small returned batches of one signature waiting in the eddy's
@@ -837,7 +820,7 @@ def test_small_batches_of_one_signature_merged_before_routing_on(batch_size, tun
     merging (stair_coalesce_below = 0) nothing is merged. Seeded (routing and trio's task order),
     since whether paths meet depends on both: at batch size 1 seeds 1 and 6 merge
     nothing; seeds 0 and 2 each merge at every batch size."""
-    tables = _chain_tables()
+    tables = chain_tables()
     sql = "SELECT r.x, u.y FROM r, s, t, u WHERE r.a = s.a AND s.b = t.b AND t.c = u.c"
     cat = make_catalog(tables)
     for below in (0, 128):
@@ -922,7 +905,7 @@ def test_merging_under_random_migrations_gives_every_result_once(seed):
     trio's task order): whether paths meet and merge depends on both, and unseeded most
     runs merge nothing (lottery, rank, bandit, hybrid 10 to 15 of 15 runs); seeded, the
     random and naive runs repeat, and each merges."""
-    tables = _chain_tables(40)
+    tables = chain_tables(40)
     sql = "SELECT r.x, u.y FROM r, s, t, u WHERE r.a = s.a AND s.b = t.b AND t.c = u.c"
     cat = make_catalog(tables)
     merged = migrations = 0
