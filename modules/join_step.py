@@ -49,6 +49,7 @@ from eddies.modules.key_encoding import (
 )
 from eddies.modules.key_set import bind_columns
 from eddies.modules.stem import SteM
+from eddies.modules.stem.index import Run
 from eddies.router.expressions import Expr, evaluate, evaluate_async
 from eddies.router.messages import Work
 from eddies.router.query_graph import JoinStep, QueryGraph
@@ -59,13 +60,21 @@ from eddies.sources.table_store import TableStore
 MAX_PAIRS = 1 << 16
 
 
-class _HashIndex:
-    """Stored tuples (positions ``positions`` of the step's stored rows) sorted by the
-    hashed codes of ``keys`` ((probe expr, stored expr, kind) triples); no keys: every
-    one of them is a candidate of every probe."""
+class StepIndex:
+    """A step's stored tuples (``positions`` of its stored rows; ``values``: the stored
+    side of each key, one array per key, over those positions) indexed on the whole key
+    ``keys`` ((probe expr, stored expr, kind) triples): one :class:`Run` over the mixed
+    codes of all key columns (``run``; None when nothing non-NULL is stored), so a probe
+    tuple finds its candidates in O(1) (a gather, or a hash lookup) whatever the number
+    of key columns; each column's code is then compared, so a collision of mixed codes
+    never makes a match. No keys: every stored tuple is a candidate of every probe.
+    ``lookups`` counts :meth:`candidates` calls and ``candidates_seen`` the candidate
+    pairs they returned (for tests: with distinct keys, as many as the matches)."""
 
     def __init__(self, keys: tuple, positions: np.ndarray, values: list[pa.Array]) -> None:
         self.keys = keys
+        self.lookups = 0
+        self.candidates_seen = 0
         self.dicts: list[KeyDictionary | None] = []
         codes: list[np.ndarray] = []
         valid = np.ones(len(positions), dtype=bool)
@@ -78,12 +87,12 @@ class _HashIndex:
                 valid &= mask
         self.codes = [c[valid] for c in codes]  # NULL never joins: not indexed
         self.positions = positions[valid]
-        if keys:
-            mixed = mix_codes(self.codes)
-            order = np.argsort(mixed, kind="stable")
-            self.sorted = mixed[order]
-            self.positions = self.positions[order]
-            self.codes = [c[order] for c in self.codes]
+        self.run: Run | None = None
+        if keys and len(self.positions):
+            # One index on the whole key (the mixed codes of every column): a direct or CSR
+            # table when dense, else sorted with a hash table of its distinct keys for large
+            # probes (eddies.modules.stem.index.Run), so a probe tuple costs O(1).
+            self.run = Run.of(mix_codes(self.codes), np.arange(len(self.positions)))
 
     def candidates(self, env: dict, n: int, idx: np.ndarray | None = None):
         """(lo, hi, per-key probe codes): probe tuple i's candidates are entries
@@ -108,10 +117,13 @@ class _HashIndex:
             keep = np.zeros(n, dtype=bool)
             keep[idx] = True
             valid &= keep
-        mixed = mix_codes(codes)
-        lo = np.searchsorted(self.sorted, mixed, side="left").astype(np.int64)
-        hi = np.searchsorted(self.sorted, mixed, side="right").astype(np.int64)
+        self.lookups += 1
+        if self.run is None:  # nothing stored (or only NULL keys): nothing matches
+            return np.zeros(n, dtype=np.int64), np.zeros(n, dtype=np.int64), codes
+        lo, hi = self.run.bounds(mix_codes(codes))  # fresh arrays
+        lo, hi = lo.astype(np.int64, copy=False), hi.astype(np.int64, copy=False)
         hi[~valid] = lo[~valid]
+        self.candidates_seen += int((hi - lo).sum())
         return lo, hi, codes
 
     def pairs(self, lo, hi, codes, idx: np.ndarray):
@@ -120,6 +132,8 @@ class _HashIndex:
         probe_idx = np.repeat(idx, counts)
         starts = np.repeat(lo[idx] - (np.cumsum(counts) - counts), counts)
         at = np.arange(len(probe_idx), dtype=np.int64) + starts
+        if self.run is not None:  # entries of the run -> indexes of the stored tuples
+            at = self.run.positions[at]
         pos = self.positions[at]
         if len(self.codes) > 1 and len(at):  # the mixed key may collide: check each column
             same = np.ones(len(at), dtype=bool)
@@ -157,9 +171,9 @@ class JoinStepModule(Module):
         self._bit = 1 << step.alias
         self._stored: np.ndarray | None = None
         self._hit: np.ndarray | None = None  # RIGHT / FULL: stored tuples matched so far
-        self._index: _HashIndex | None = None
-        self._null_y: _HashIndex | None = None  # NOT IN: stored tuples whose y is NULL
-        self._any: _HashIndex | None = None  # NOT IN: everything past the correlation
+        self._index: StepIndex | None = None
+        self._null_y: StepIndex | None = None  # NOT IN: stored tuples whose y is NULL
+        self._any: StepIndex | None = None  # NOT IN: everything past the correlation
 
     # -- the stored side -------------------------------------------------------------
     def _stored_values(self, exprs: list[Expr], pos: np.ndarray) -> list[pa.Array]:
@@ -190,12 +204,12 @@ class JoinStepModule(Module):
             keys = (*keys, step.notin_key)
         self._index = self._build(keys, positions)
 
-    def _build(self, keys: tuple, positions: np.ndarray) -> _HashIndex:
+    def _build(self, keys: tuple, positions: np.ndarray) -> StepIndex:
         values = self._stored_values([k[1] for k in keys], positions) if keys else []
-        return _HashIndex(keys, positions, values)
+        return StepIndex(keys, positions, values)
 
     # -- candidate pairs -------------------------------------------------------------
-    def _probe_env(self, batch: TupleBatch, index: _HashIndex) -> dict:
+    def _probe_env(self, batch: TupleBatch, index: StepIndex) -> dict:
         keys = {k for p, _, _ in index.keys for k in p.column_keys() if isinstance(k, tuple)}
         return gather_columns(batch, keys, self.stores)
 
@@ -218,7 +232,7 @@ class JoinStepModule(Module):
     async def _matching(
         self,
         batch: TupleBatch,
-        index: _HashIndex,
+        index: StepIndex,
         idx: np.ndarray | None = None,
         outputs: list[TupleBatch] | None = None,
     ) -> tuple[np.ndarray, np.ndarray]:

@@ -15,7 +15,10 @@ pair). A WHERE conjunct needs every step whose NULL padding could change it (whe
 the steps of the tables it reads, and any RIGHT / FULL join whose null-supplying side it
 reads. A WHERE conjunct on the null-supplying side of an outer join is therefore never
 pushed below it (no outer-to-inner rewriting is done, so no simplification can change
-that). What cannot be made exact is refused with an UnsupportedQueryError.
+that). A WHERE equality between an inner step's table and earlier ones, or a WHERE term
+over that table alone, joins the step's condition instead (where_into_steps), so that
+the step hashes on it rather than making a cross product. What cannot be made exact is
+refused with an UnsupportedQueryError.
 """
 
 from __future__ import annotations
@@ -286,6 +289,7 @@ def plan_steps(
     (after FROM's)."""
     n_from = len(block.tables)
     m = next((s.index for s in block.joins if s.side), n_from)
+    moved = where_into_steps(block, scope, types, m)
     steps: list[JoinStep] = []
     for spec in block.joins:
         k = spec.index
@@ -298,7 +302,8 @@ def plan_steps(
                 f"NULL-supplying side would be only part of FROM): {describe(spec.node)}"
             )
         prefix = (1 << k) - 1
-        keys, residual, own = _condition(spec.on, scope, types, k, prefix)
+        nodes = [*spec.on, *(block.conjuncts[i] for i in moved.get(k, ()))]
+        keys, residual, own = _condition(nodes, scope, types, k, prefix)
         sql = spec.node.sql(dialect="duckdb")
         steps.append(JoinStep(k, kind, prefix, -1, sql, keys, residual, stored_filter=own))
     for j, ref in enumerate(subqueries):
@@ -334,7 +339,10 @@ def plan_steps(
     # WHERE placement: a dependency set, not a position (see where_needs).
     region: list[exp.Expression] = []
     delayed: list[tuple[exp.Expression, Expr, int]] = []
+    taken = {i for terms in moved.values() for i in terms}
     for i, node in enumerate(block.conjuncts):
+        if i in taken:
+            continue  # the hashed key or stored filter of an inner step
         if i >= block.n_where or not steps:
             region.append(node)
             continue
@@ -345,6 +353,42 @@ def plan_steps(
         else:
             delayed.append((node, expr, needs))
     return m, region, delayed, steps
+
+
+def where_into_steps(block: QueryBlock, scope, types: dict, m: int) -> dict[int, list[int]]:
+    """WHERE conjuncts that become part of an inner step's condition: step alias -> the
+    indexes (into ``block.conjuncts``) of its new hashed keys and stored-table filters.
+
+    An inner, comma or cross join after an outer one is a JoinStep; its equalities with
+    earlier tables are usually written in WHERE (TPC-DS Q40, Q93: ``FROM a LEFT JOIN b
+    ON ..., c WHERE c.k = a.k``). Left in WHERE, they are SMs after the step, which then
+    makes the cross product. A WHERE conjunct ``t.x = e(prefix)`` (or one over ``t``
+    alone) is equivalent as a term of ``t``'s inner step when ``t`` is the last alias it
+    reads, for an inner join is a cross product filtered by its condition, and a filter
+    commutes with each later LEFT, inner, semi- or anti-join step (they change no column
+    of the tuples they keep, see where_needs); not with a later RIGHT / FULL step, whose
+    flush NULL-pads ``t``, so none may follow. Source idea: pushing WHERE into inner
+    joins (predicate move-around), as every optimizer does.
+    """
+    steps = {s.index: s for s in block.joins if s.index >= m}
+    if not steps or any(s.side in ("right", "full") for s in steps.values()):
+        return {}
+    moved: dict[int, list[int]] = {}
+    for i, node in enumerate(block.conjuncts[: block.n_where]):
+        expr = compile_expr(node, scope)
+        mask = _mask(expr)
+        if not mask or expr.udf_calls():
+            continue  # a step evaluates its terms synchronously
+        k = mask.bit_length() - 1  # the last alias it reads
+        spec = steps.get(k)
+        if spec is None or spec.side:
+            continue  # in the region, or an outer join's table: stays in WHERE
+        own = mask == 1 << k
+        if own or (
+            isinstance(node, exp.EQ) and _key(node, scope, types, k, (1 << k) - 1) is not None
+        ):
+            moved.setdefault(k, []).append(i)
+    return moved
 
 
 def step_needs(steps: list[JoinStep], region: int) -> list[JoinStep]:
