@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import contextvars
 import dataclasses
+import operator
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -162,23 +163,20 @@ def _check(name: str, value: object) -> str | None:
         return None
     if kind == "bool":
         return None if isinstance(value, bool) else f"True or False, got {value!r}"
-    number = Integral if kind == "int" else Real
-    ok = isinstance(value, number) and not isinstance(value, bool)
-    for bound, below in ((least, True), (greatest, False)):
-        if ok and bound is not None:
-            open_ = (name, bound) in _OPEN
-            ok = (
-                (value > bound if open_ else value >= bound)
-                if below
-                else (value < bound if open_ else value <= bound)
-            )
-    if ok:
-        return None
-    parts = [f"> {least}" if (name, least) in _OPEN else f">= {least}"] if least is not None else []
+    limits = []  # (comparison, its sign, the bound)
+    if least is not None:
+        open_ = (name, least) in _OPEN
+        limits.append((operator.gt, ">", least) if open_ else (operator.ge, ">=", least))
     if greatest is not None:
-        parts.append(f"< {greatest}" if (name, greatest) in _OPEN else f"<= {greatest}")
+        open_ = (name, greatest) in _OPEN
+        limits.append((operator.lt, "<", greatest) if open_ else (operator.le, "<=", greatest))
+    number = Integral if kind == "int" else Real
+    is_number = isinstance(value, number) and not isinstance(value, bool)
+    if is_number and all(compare(value, bound) for compare, _, bound in limits):
+        return None
     what = "an int" if kind == "int" else "a number"
-    return f"{what} {' and '.join(parts)}{' or None' if optional else ''}, got {value!r}"
+    bounds = " and ".join(f"{sign} {bound}" for _, sign, bound in limits)
+    return f"{what} {bounds}{' or None' if optional else ''}, got {value!r}"
 
 
 DEFAULT = Tuning()
